@@ -92,9 +92,14 @@ class MemberModel:
     b_align: int = 1
     pad_call_cycles: int = 0
     pad_bytes_per_clock: int = 0
-    # A member that reads operands of any alignment itself (the mma.sync fallback) runs narrower kernels where a
-    # packed operand's leading dimension is off a_align or b_align elements: its cycles there are this many times.
-    narrow_factor: int = 1
+    # A member that reads operands of any alignment itself (the mma.sync members) runs narrower kernels where a
+    # packed operand's leading dimension is off a_align or b_align elements: its k-tiles' cycles there, in percent;
+    # and where it is off a_scalar_align or b_scalar_align too, its scalar kernel's (one element a load).
+    narrow_percent: int = 100
+    scalar_percent: int = 100
+    scalar_k_tile_cycles: int = 0  # ... and at least this per k-tile there (its loads' round trip)
+    a_scalar_align: int = 1
+    b_scalar_align: int = 1
     # A member that splits K its own way (the dequantizing decode kernel's k-slices: paths/dequant/facts.py), as a
     # rule of stream_k_split_rule's inputs and outputs; None: the launcher's stream-K split where `stream_k`.
     split: Rule | None = None
@@ -165,7 +170,10 @@ MEMBER_STRUCT = (
      "copies the operands TMA refuses; A's and B's leading dimension is K"),
     ("long long {}", ("a_align", "b_align"), "elements a leading dimension TMA reads is a multiple of"),
     ("long long {}", ("pad_call_cycles", "pad_bytes_per_clock"), "the copy's launch and pass, and its rate"),
-    ("long long {}", ("narrow_factor",), "its cycles' multiple where it reads misaligned operands itself"),
+    ("long long {}", ("narrow_percent", "scalar_percent"),
+     "its k-tiles' cycles in percent where it reads misaligned operands itself, and one element at a time"),
+    ("long long {}", ("scalar_k_tile_cycles",), "... and the scalar kernel's least k-tile"),
+    ("long long {}", ("a_scalar_align", "b_scalar_align"), "elements a leading dimension its wider copies need"),
 )
 
 
@@ -194,7 +202,10 @@ def _member_fields(member: MemberModel) -> dict:
                 l2_block_bytes_per_clock=member.l2_block_bytes_per_clock, pads=int(member.pads),
                 a_ld_is_k=int(member.a_ld_is_k), b_ld_is_k=int(member.b_ld_is_k), a_align=member.a_align,
                 b_align=member.b_align, pad_call_cycles=member.pad_call_cycles,
-                pad_bytes_per_clock=member.pad_bytes_per_clock, narrow_factor=member.narrow_factor)
+                pad_bytes_per_clock=member.pad_bytes_per_clock, narrow_percent=member.narrow_percent,
+                scalar_percent=member.scalar_percent,
+                scalar_k_tile_cycles=member.scalar_k_tile_cycles, a_scalar_align=member.a_scalar_align,
+                b_scalar_align=member.b_scalar_align)
 
 
 @cache
@@ -230,9 +241,21 @@ def estimate_rule(prefix: str = "") -> Rule:
                                            ceil_div(m("stage_bytes") * streaming, maximum(m("l2_bytes_per_clock"), 1))),
                                    0),
             comment="a k-tile's bytes through L2, at the share of its rate the streaming blocks leave each"),
-        Let("full", select(gt(m("stage_bytes"), 0),
-                           maximum(m("k_tile_base_cycles"), Var("drawn_k_tile")) + m("k_tile_wait_cycles"),
-                           Index(k_tile_cycles, m("blocks_per_sm") - 1)),
+        Let("a_misaligned", ne(select(m("a_ld_is_k"), K, M) % maximum(m("a_align"), 1), 0), "bool",
+            comment="packed operands whose leading dimension is off the member's widest access"),
+        Let("b_misaligned", ne(select(m("b_ld_is_k"), K, N) % maximum(m("b_align"), 1), 0), "bool"),
+        Let("scalar", any_of(ne(select(m("a_ld_is_k"), K, M) % maximum(m("a_scalar_align"), 1), 0),
+                             ne(select(m("b_ld_is_k"), K, N) % maximum(m("b_scalar_align"), 1), 0)), "bool",
+            comment="... and off every copy wider than one element"),
+        Let("k_tile_percent", select(Var("scalar"), m("scalar_percent"),
+                                     select(any_of(Var("a_misaligned"), Var("b_misaligned")), m("narrow_percent"), 100)),
+            comment="a member that reads misaligned operands itself runs its narrower kernels' k-tiles there"),
+        Let("k_tile_floor", select(Var("scalar"), m("scalar_k_tile_cycles"), 0),
+            comment="... the scalar kernel's at least its loads' round trip, however few blocks share an SM"),
+        Let("full", maximum(ceil_div(select(gt(m("stage_bytes"), 0),
+                                            maximum(m("k_tile_base_cycles"), Var("drawn_k_tile")) + m("k_tile_wait_cycles"),
+                                            Index(k_tile_cycles, m("blocks_per_sm") - 1)) * Var("k_tile_percent"), 100),
+                            Var("k_tile_floor")),
             comment="a k-tile with every slot resident"),
         Let("c_misaligned", ne(select(m("c_ld_is_n"), N, M) % maximum(m("c_align"), 1), 0), "bool",
             comment="a packed C whose leading dimension is off the member's widest stores"),
@@ -251,16 +274,17 @@ def estimate_rule(prefix: str = "") -> Rule:
         Let("left", plain % slots),
         Let("wave", total(product(k_tiles, full), m("blocks_per_sm") * Var("per_tile")), comment="a whole wave"),
         Let("last", ceil_div(left, m("sms")), comment="the last wave's blocks per SM"),
-        Let("last_k_tile", select(gt(m("stage_bytes"), 0), full, Index(k_tile_cycles, Var("last") - 1))),
+        Let("last_k_tile", maximum(ceil_div(select(gt(m("stage_bytes"), 0),
+                                                   maximum(ceil_div(m("k_tile_base_cycles") * Var("last"),
+                                                                    m("blocks_per_sm")),
+                                                           Var("drawn_k_tile")) + m("k_tile_wait_cycles"),
+                                                   Index(k_tile_cycles, Var("last") - 1)) * Var("k_tile_percent"), 100),
+                                   Var("k_tile_floor")),
+            comment="the last wave's k-tile at its blocks per SM"),
         Let("last_wave", select(gt(left, 0), total(product(k_tiles, Var("last_k_tile")),
                                                     Var("last") * Var("per_tile")), 0)),
-        Let("a_misaligned", ne(select(m("a_ld_is_k"), K, M) % maximum(m("a_align"), 1), 0), "bool",
-            comment="packed operands whose leading dimension is off the member's widest access"),
-        Let("b_misaligned", ne(select(m("b_ld_is_k"), K, N) % maximum(m("b_align"), 1), 0), "bool"),
-        Let("compute_cycles", product(total(total(Var("stream_k_cycles"), product(plain // slots, Var("wave"))),
-                                            Var("last_wave")),
-                                      select(any_of(Var("a_misaligned"), Var("b_misaligned")), m("narrow_factor"), 1)),
-            comment="a member that reads misaligned operands itself runs its narrower kernels there"),
+        Let("compute_cycles", total(total(Var("stream_k_cycles"), product(plain // slots, Var("wave"))),
+                                    Var("last_wave"))),
         Let("traffic", total(total(product(product(M, K), m("a_bytes")), product(product(N, K), m("b_bytes"))),
                              product(product(M, N), m("c_bytes"))),
             comment="The memory floor: A and B read and C written once, at HBM's rate (0: no floor)"),

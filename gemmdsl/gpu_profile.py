@@ -56,8 +56,17 @@ class GpuProfile:
     hbm_round_trip_cycles: int
     pad_call_ns: int
     pad_copy_gbps: int
-    narrow_factor_16bit: int
-    narrow_factor_32bit: int
+    # A checked mma.sync member's k-tile cycles, in percent of its vector kernel's, where a packed operand's leading
+    # dimension is off 16 bytes and it runs its narrower kernels (cp.async of 4 or 8 bytes), by element size; and
+    # 16-bit operands of odd leading dimension, where its scalar kernel loads one element at a time
+    narrow_k_tile_percent_16bit: int
+    narrow_k_tile_percent_32bit: int
+    scalar_k_tile_percent_16bit: int
+    scalar_k_tile_cycles_16bit: int  # ... and the scalar kernel's least k-tile: its loads' round trip
+    # A k-tile's round trip through a cp.async ring (the mma.sync members), with every SM streaming: their memory
+    # floor's Little's law, and a tile's first k-tile
+    cp_async_round_trip_cycles: int
+    cp_async_l2_percent: int  # ... and the share of L2's rate (TMA's) their 16-byte copies draw
     # The dequantizing decode kernel (paths/dequant): SM cycles per warp k-step (16 rows of W by 16 of K) with
     # 2 blocks of 8 warps resident, by the weights' bits (4, or 8 for int8 and e4m3) and the rows of A a block
     # takes (8, 16, 32)
@@ -124,7 +133,9 @@ def _path_of(name: str) -> Path:
 
 FITTED = ("ring_round_trip_cycles", "split_wait_cycles_per_k_tile", "stream_k_fixup_bytes_per_clock",
           "call_latency_ns", "l2_block_bytes_per_clock", "hbm_round_trip_cycles", "pad_call_ns", "pad_copy_gbps",
-          "narrow_factor_16bit", "narrow_factor_32bit", "decode_step_cycles_4bit_8rows", "decode_step_cycles_4bit_16rows",
+          "narrow_k_tile_percent_16bit", "narrow_k_tile_percent_32bit", "scalar_k_tile_percent_16bit",
+          "scalar_k_tile_cycles_16bit", "cp_async_round_trip_cycles",
+          "cp_async_l2_percent", "decode_step_cycles_4bit_8rows", "decode_step_cycles_4bit_16rows",
           "decode_step_cycles_4bit_32rows", "decode_step_cycles_8bit_8rows", "decode_step_cycles_8bit_16rows",
           "decode_step_cycles_8bit_32rows", "c_store_bytes_per_clock", "row_store_bytes_per_clock",
           "direct_store_bytes_per_clock", "single_stage_wait_cycles")

@@ -204,10 +204,24 @@ HBM_ROUND_TRIP_CYCLES: dict[int, int] = {90: HOPPER.hbm_round_trip_cycles}
 # K misaligns the rows (docs/calibration.md).
 PAD_CALL_CYCLES: dict[int, int] = {90: HOPPER.pad_call_cycles}
 PAD_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.pad_bytes_per_clock}
-# How many times its vector kernel's cycles a checked mma.sync member (a family's fallback) takes where a packed
-# operand's leading dimension is off 16 bytes and it runs its narrower kernels, by element bytes; fitted on the
-# family study (docs/calibration.md).
-MMA_SYNC_NARROW_FACTOR: dict[int, dict[int, int]] = {90: {2: HOPPER.narrow_factor_16bit, 4: HOPPER.narrow_factor_32bit}}
+# A checked mma.sync member's k-tile cycles, in percent of its vector kernel's, where a packed operand's leading
+# dimension is off 16 bytes and it runs its narrower kernels (cp.async of 8 or 4 bytes), by element bytes; and where
+# a 16-bit operand's is odd, so that its scalar kernel loads one element at a time. Fitted on the family study
+# (docs/calibration.md).
+MMA_SYNC_NARROW_K_TILE_PERCENT: dict[int, dict[int, int]] = {
+    90: {2: HOPPER.narrow_k_tile_percent_16bit, 4: HOPPER.narrow_k_tile_percent_32bit}}
+MMA_SYNC_SCALAR_K_TILE_PERCENT: dict[int, dict[int, int]] = {90: {2: HOPPER.scalar_k_tile_percent_16bit}}
+# ... and the scalar kernel's least k-tile however few blocks share an SM: its loads wait out a round trip before
+# the k-tile's multiplies (fitted with them).
+MMA_SYNC_SCALAR_K_TILE_CYCLES: dict[int, dict[int, int]] = {90: {2: HOPPER.scalar_k_tile_cycles_16bit}}
+# HBM_ROUND_TRIP_CYCLES for the mma.sync members' cp.async rings (their STAGES - 1 k-tiles in flight per block, the
+# whole tile issued however few of its rows the call has): fitted on the H200's family study, where their decode
+# calls streamed 1.6-2.3 TB/s of BF16 weights and 1.4-3.9 of TF32 (docs/calibration.md).
+CP_ASYNC_ROUND_TRIP_CYCLES: dict[int, int] = {90: HOPPER.cp_async_round_trip_cycles}
+# ... and the share of L2's rate (L2_BYTES_PER_CLOCK_PER_SM, which TMA's copies reach) their 16-byte copies draw with
+# every SM streaming: fitted on the same study (a long K over a few tiles, 256x256x65536, ran 1.7x the time the
+# full rate predicts).
+CP_ASYNC_L2_PERCENT: dict[int, int] = {90: HOPPER.cp_async_l2_percent}
 # The dequantizing decode kernel's SM cycles per warp k-step (16 rows of W by 16 of K, with 2 blocks of 8 warps
 # resident), by (the weights' bits: 4, or 8 for int8 and e4m3; the rows of A a block takes: 8, 16, 32): fitted on
 # its H200 run (docs/quantized-kernel.md, "The time model"), the rates its conversions and mma.sync reach.

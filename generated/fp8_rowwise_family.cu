@@ -2760,17 +2760,19 @@ struct fp8_rowwise_family_member {
     bool pads, a_ld_is_k, b_ld_is_k;  // copies the operands TMA refuses; A's and B's leading dimension is K
     long long a_align, b_align;  // elements a leading dimension TMA reads is a multiple of
     long long pad_call_cycles, pad_bytes_per_clock;  // the copy's launch and pass, and its rate
-    long long narrow_factor;  // its cycles' multiple where it reads misaligned operands itself
+    long long narrow_percent, scalar_percent;  // its k-tiles' cycles in percent where it reads misaligned operands itself, and one element at a time
+    long long scalar_k_tile_cycles;  // ... and the scalar kernel's least k-tile
+    long long a_scalar_align, b_scalar_align;  // elements a leading dimension its wider copies need
 };
 static const long long fp8_rowwise_family_k_tile_cycles_fp8_rowwise[] = {1865};
 static const long long fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x192[] = {1406};
 static const long long fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x64[] = {869};
 static const long long fp8_rowwise_family_k_tile_cycles_fp8_rowwise_64x128_sk[] = {1059};
 static const fp8_rowwise_family_member fp8_rowwise_family_members[4] = {
-    {128, 256, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise, 1639, 1639, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 49152, 1025, 636, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_rowwise
-    {128, 192, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x192, 1229, 1229, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 40960, 1000, 382, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_rowwise_128x192
-    {128, 64, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x64, 410, 410, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 254, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_rowwise_128x64
-    {64, 128, 128, false, false, false, fp8_rowwise_64x128_sk::fp8_rowwise_64x128_sk_stream_k_split, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_64x128_sk, 410, 410, 8, true, 396, 1639, 2048, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 444, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_rowwise_64x128_sk
+    {128, 256, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise, 1639, 1639, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 49152, 1025, 636, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise
+    {128, 192, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x192, 1229, 1229, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 40960, 1000, 382, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise_128x192
+    {128, 64, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x64, 410, 410, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 254, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise_128x64
+    {64, 128, 128, false, false, false, fp8_rowwise_64x128_sk::fp8_rowwise_64x128_sk_stream_k_split, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_64x128_sk, 410, 410, 8, true, 396, 1639, 2048, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 444, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise_64x128_sk
 };
 
 static const long long fp8_rowwise_family_CYCLE_CAP = 2305843009213693952LL;
@@ -2801,8 +2803,17 @@ static long long fp8_rowwise_family_cycles(const fp8_rowwise_family_member& m, l
     const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
     // a k-tile's bytes through L2, at the share of its rate the streaming blocks leave each
     const long long drawn_k_tile = m.stage_bytes > 0 ? ((m.stage_bytes + (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) - 1) / (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) > (m.stage_bytes * streaming + (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) - 1) / (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) ? (m.stage_bytes + (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) - 1) / (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) : (m.stage_bytes * streaming + (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) - 1) / (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1)) : 0;
+    // packed operands whose leading dimension is off the member's widest access
+    const bool a_misaligned = (m.a_ld_is_k ? K : M) % (m.a_align > 1 ? m.a_align : 1) != 0;
+    const bool b_misaligned = (m.b_ld_is_k ? K : N) % (m.b_align > 1 ? m.b_align : 1) != 0;
+    // ... and off every copy wider than one element
+    const bool scalar = (m.a_ld_is_k ? K : M) % (m.a_scalar_align > 1 ? m.a_scalar_align : 1) != 0 || (m.b_ld_is_k ? K : N) % (m.b_scalar_align > 1 ? m.b_scalar_align : 1) != 0;
+    // a member that reads misaligned operands itself runs its narrower kernels' k-tiles there
+    const long long k_tile_percent = scalar ? m.scalar_percent : a_misaligned || b_misaligned ? m.narrow_percent : 100;
+    // ... the scalar kernel's at least its loads' round trip, however few blocks share an SM
+    const long long k_tile_floor = scalar ? m.scalar_k_tile_cycles : 0;
     // a k-tile with every slot resident
-    const long long full = m.stage_bytes > 0 ? (m.k_tile_base_cycles > drawn_k_tile ? m.k_tile_base_cycles : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[m.blocks_per_sm - 1];
+    const long long full = ((m.stage_bytes > 0 ? (m.k_tile_base_cycles > drawn_k_tile ? m.k_tile_base_cycles : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[m.blocks_per_sm - 1]) * k_tile_percent + 99) / 100 > k_tile_floor ? ((m.stage_bytes > 0 ? (m.k_tile_base_cycles > drawn_k_tile ? m.k_tile_base_cycles : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[m.blocks_per_sm - 1]) * k_tile_percent + 99) / 100 : k_tile_floor;
     // a packed C whose leading dimension is off the member's widest stores
     const bool c_misaligned = (m.c_ld_is_n ? N : M) % (m.c_align > 1 ? m.c_align : 1) != 0;
     // a tile's own cycles beyond its k-tiles
@@ -2817,13 +2828,10 @@ static long long fp8_rowwise_family_cycles(const fp8_rowwise_family_member& m, l
     const long long wave = fp8_rowwise_family_sum(fp8_rowwise_family_product(k_tiles, full), m.blocks_per_sm * per_tile);
     // the last wave's blocks per SM
     const long long last = (left + m.sms - 1) / m.sms;
-    const long long last_k_tile = m.stage_bytes > 0 ? full : m.k_tile_cycles[last - 1];
+    // the last wave's k-tile at its blocks per SM
+    const long long last_k_tile = ((m.stage_bytes > 0 ? ((m.k_tile_base_cycles * last + m.blocks_per_sm - 1) / m.blocks_per_sm > drawn_k_tile ? (m.k_tile_base_cycles * last + m.blocks_per_sm - 1) / m.blocks_per_sm : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[last - 1]) * k_tile_percent + 99) / 100 > k_tile_floor ? ((m.stage_bytes > 0 ? ((m.k_tile_base_cycles * last + m.blocks_per_sm - 1) / m.blocks_per_sm > drawn_k_tile ? (m.k_tile_base_cycles * last + m.blocks_per_sm - 1) / m.blocks_per_sm : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[last - 1]) * k_tile_percent + 99) / 100 : k_tile_floor;
     const long long last_wave = left > 0 ? fp8_rowwise_family_sum(fp8_rowwise_family_product(k_tiles, last_k_tile), last * per_tile) : 0;
-    // packed operands whose leading dimension is off the member's widest access
-    const bool a_misaligned = (m.a_ld_is_k ? K : M) % (m.a_align > 1 ? m.a_align : 1) != 0;
-    const bool b_misaligned = (m.b_ld_is_k ? K : N) % (m.b_align > 1 ? m.b_align : 1) != 0;
-    // a member that reads misaligned operands itself runs its narrower kernels there
-    const long long compute_cycles = fp8_rowwise_family_product(fp8_rowwise_family_sum(fp8_rowwise_family_sum(stream_k_cycles, fp8_rowwise_family_product(plain / slots, wave)), last_wave), a_misaligned || b_misaligned ? m.narrow_factor : 1);
+    const long long compute_cycles = fp8_rowwise_family_sum(fp8_rowwise_family_sum(stream_k_cycles, fp8_rowwise_family_product(plain / slots, wave)), last_wave);
     // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
     const long long traffic = fp8_rowwise_family_sum(fp8_rowwise_family_sum(fp8_rowwise_family_product(fp8_rowwise_family_product(M, K), m.a_bytes), fp8_rowwise_family_product(fp8_rowwise_family_product(N, K), m.b_bytes)), fp8_rowwise_family_product(fp8_rowwise_family_product(M, N), m.c_bytes));
     const long long hbm_cycles = m.hbm_bytes_per_clock > 0 ? (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock : 0;

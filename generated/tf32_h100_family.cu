@@ -8,8 +8,9 @@
 //   // stream-K tiles where the tiles do not fill the SMs and K is long or B must stream from memory on
 //   // every SM (decode: M of 1 to 128; 256x256x65536), f32 FMAs with a warp's stores on one row of C where K is
 //   // a few dozen or less and the call is mostly C's stores (14661x11206x7), f32 FMAs in 32x128 or 128x32 tiles
-//   // split over every SM where a few rows or columns meet a long K (12x121x16235, 575x1x18550), and
-//   // tf32_h100's own 128x256 tiles elsewhere.
+//   // split over every SM where a few rows or columns meet a long K (12x121x16235, 575x1x18550), mma.sync stream-K
+//   // tiles of 64x64, 32x128 or 128x32 where a few tiles meet a long K or TMA cannot read the operands (they read them
+//   // themselves, where the wgmma members pay a padded copy), and tf32_h100's own 128x256 tiles elsewhere.
 //   family tf32_h100_family {
 //       use tf32_h100.gemm;           // 128x256 tiles: the big calls
 //       use tf32_h100_128x192.gemm;   // 128x192 tiles: a fuller last wave
@@ -18,6 +19,9 @@
 //       use sgemm_short_k_nt.gemm;    // f32 FMAs, a warp's stores on one row: short K, where the call is C's stores
 //       use sgemm_32x128_nt.gemm;     // f32 FMAs, split-K over every SM: few rows against a long K
 //       use sgemm_128x32_nt.gemm;     // f32 FMAs, split-K over every SM: few columns against a long K
+//       use tf32_mma_64x64_sk.gemm;   // mma.sync stream-K, any alignment: few tiles, long K, operands off 16 bytes
+//       use tf32_mma_32x128_sk.gemm;  // ... few rows
+//       use tf32_mma_128x32_sk.gemm;  // ... few columns
 //       fallback tf32_h100_any.gemm; // mma.sync, any alignment: what TMA refuses
 //   }
 
@@ -7180,6 +7184,10002 @@ extern "C" cudaError_t sgemm_128x32_nt_launch(const float* A, const float* B, fl
 #endif
 }  // namespace sgemm_128x32_nt
 
+// ---- member tf32_mma_64x64_sk, from tf32_mma_64x64_sk.gemm ----
+namespace tf32_mma_64x64_sk {
+
+// This member's own helpers (another member writes helpers of these names differently).
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order mk, leading dimension 32, swizzle xor(3, 2, 3)
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 28);
+}
+
+// B: order nk, leading dimension 32, swizzle xor(3, 2, 3)
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 28);
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_64x64_sk_kernel(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x64x32; 128 threads (2x2 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    constexpr int BM = 64;
+    constexpr int BN = 64;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 2048;
+    constexpr int B_STAGE = 2048;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                    if (beta != 0.0f) {
+                        const float2 old = *pair;
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                    }
+                    *pair = make_float2(out.x, out.y);
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_64x64_sk_kernel_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x64x32; 128 threads (2x2 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 64;
+    constexpr int BN = 64;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 2048;
+    constexpr int B_STAGE = 2048;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + (tid / 32 + 32) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + (tid / 32 + 36) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + (tid / 32 + 40) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + (tid / 32 + 44) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + (tid / 32 + 48) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + (tid / 32 + 52) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + (tid / 32 + 56) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + (tid / 32 + 60) * lda + tid % 32);
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + (tid / 32 + 32) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + (tid / 32 + 36) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + (tid / 32 + 40) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + (tid / 32 + 44) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + (tid / 32 + 48) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + (tid / 32 + 52) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + (tid / 32 + 56) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + (tid / 32 + 60) * ldb + tid % 32);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 36;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 40;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 44;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 48;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 52;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 56;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 60;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 36;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 40;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 44;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 48;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 52;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 56;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 60;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + (tid / 32 + 32) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + (tid / 32 + 36) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + (tid / 32 + 40) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + (tid / 32 + 44) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + (tid / 32 + 48) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + (tid / 32 + 52) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + (tid / 32 + 56) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + (tid / 32 + 60) * lda + tid % 32);
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + (tid / 32 + 32) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + (tid / 32 + 36) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + (tid / 32 + 40) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + (tid / 32 + 44) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + (tid / 32 + 48) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + (tid / 32 + 52) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + (tid / 32 + 56) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + (tid / 32 + 60) * ldb + tid % 32);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 36;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 40;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 44;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 48;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 52;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 56;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 60;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 36;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 40;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 44;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 48;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 52;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 56;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 60;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_64x64_sk_kernel_8byte(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x64x32; 128 threads (2x2 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Narrow variant: global accesses of at most 8 bytes, for operands aligned to
+    // that but not to the vector kernel's width.
+    constexpr int BM = 64;
+    constexpr int BN = 64;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 2048;
+    constexpr int B_STAGE = 2048;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + (tid / 16 + 40) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + (tid / 16 + 56) * lda + tid % 16 * 2);
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + (tid / 16 + 40) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + (tid / 16 + 56) * ldb + tid % 16 * 2);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + (tid / 16 + 40) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + (tid / 16 + 56) * lda + tid % 16 * 2);
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + (tid / 16 + 40) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + (tid / 16 + 56) * ldb + tid % 16 * 2);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                    if (beta != 0.0f) {
+                        const float2 old = *pair;
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                    }
+                    *pair = make_float2(out.x, out.y);
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_64x64_sk_kernel_stream_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 64x64x32; 128 threads (2x2 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    constexpr int BM = 64;
+    constexpr int BN = 64;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 2048;
+    constexpr int B_STAGE = 2048;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[BLOCKS_M][BLOCKS_N][4];
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][j][e] = 0.0f;
+                }
+            }
+        }
+        unsigned a_frag[BLOCKS_M][A_REGS];
+        unsigned b_frag[BLOCKS_N][B_REGS];
+
+        const int k_tiles = kt_end - kt_begin;
+        // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+        // multiplied. Every iteration commits one group (possibly empty) so that
+        // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+        // it also tells every thread that the stage refilled next is no longer read.
+        #pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) {
+                if (block_inside && kt_begin + s < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 48;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 48;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+        }
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int next = kt + STAGES - 1;
+            if (next < k_tiles) {
+                if (block_inside && kt_begin + next < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 48;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 48;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+            const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+            const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+            #pragma unroll
+            for (int kk = 0; kk < K_STEPS; ++kk) {
+                ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                unsigned a_big[BLOCKS_M][A_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < A_REGS; ++r) {
+                        a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    }
+                }
+                unsigned b_big[BLOCKS_N][B_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_N; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < B_REGS; ++r) {
+                        b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    }
+                }
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int j = 0; j < BLOCKS_N; ++j) {
+                        mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                    }
+                }
+            }
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        atomicAdd(reinterpret_cast<float2*>(C + (size_t)row * ldc + col), out);
+                    }
+                }
+            }
+        }
+        else {
+            // Edge tile: one element at a time, only inside C.
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        if (row < M && col < N) atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        if (row < M && col + 1 < N) atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_64x64_sk_kernel_stream_k_8byte(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 64x64x32; 128 threads (2x2 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Narrow variant: global accesses of at most 8 bytes, for operands aligned to
+    // that but not to the vector kernel's width.
+    constexpr int BM = 64;
+    constexpr int BN = 64;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 2048;
+    constexpr int B_STAGE = 2048;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[BLOCKS_M][BLOCKS_N][4];
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][j][e] = 0.0f;
+                }
+            }
+        }
+        unsigned a_frag[BLOCKS_M][A_REGS];
+        unsigned b_frag[BLOCKS_N][B_REGS];
+
+        const int k_tiles = kt_end - kt_begin;
+        // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+        // multiplied. Every iteration commits one group (possibly empty) so that
+        // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+        // it also tells every thread that the stage refilled next is no longer read.
+        #pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) {
+                if (block_inside && kt_begin + s < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + (tid / 16 + 40) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + (tid / 16 + 56) * lda + tid % 16 * 2);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + (tid / 16 + 40) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + (tid / 16 + 56) * ldb + tid % 16 * 2);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 32;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 40;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 48;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 56;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 32;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 40;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 48;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 56;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+        }
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int next = kt + STAGES - 1;
+            if (next < k_tiles) {
+                if (block_inside && kt_begin + next < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + (tid / 16 + 40) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + (tid / 16 + 56) * lda + tid % 16 * 2);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + (tid / 16 + 40) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + (tid / 16 + 56) * ldb + tid % 16 * 2);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 32;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 40;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 48;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 56;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 32;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 40;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 48;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 56;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+            const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+            const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+            #pragma unroll
+            for (int kk = 0; kk < K_STEPS; ++kk) {
+                ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                unsigned a_big[BLOCKS_M][A_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < A_REGS; ++r) {
+                        a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    }
+                }
+                unsigned b_big[BLOCKS_N][B_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_N; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < B_REGS; ++r) {
+                        b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    }
+                }
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int j = 0; j < BLOCKS_N; ++j) {
+                        mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                    }
+                }
+            }
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        atomicAdd(reinterpret_cast<float2*>(C + (size_t)row * ldc + col), out);
+                    }
+                }
+            }
+        }
+        else {
+            // Edge tile: one element at a time, only inside C.
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        if (row < M && col < N) atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        if (row < M && col + 1 < N) atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_64x64_sk_kernel_stream_k_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 64x64x32; 128 threads (2x2 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 64;
+    constexpr int BN = 64;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 2048;
+    constexpr int B_STAGE = 2048;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[BLOCKS_M][BLOCKS_N][4];
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][j][e] = 0.0f;
+                }
+            }
+        }
+        unsigned a_frag[BLOCKS_M][A_REGS];
+        unsigned b_frag[BLOCKS_N][B_REGS];
+
+        const int k_tiles = kt_end - kt_begin;
+        // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+        // multiplied. Every iteration commits one group (possibly empty) so that
+        // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+        // it also tells every thread that the stage refilled next is no longer read.
+        #pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) {
+                if (block_inside && kt_begin + s < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + (tid / 32 + 32) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + (tid / 32 + 36) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + (tid / 32 + 40) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + (tid / 32 + 44) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + (tid / 32 + 48) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + (tid / 32 + 52) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + (tid / 32 + 56) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + (tid / 32 + 60) * lda + tid % 32);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + (tid / 32 + 32) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + (tid / 32 + 36) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + (tid / 32 + 40) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + (tid / 32 + 44) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + (tid / 32 + 48) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + (tid / 32 + 52) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + (tid / 32 + 56) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + (tid / 32 + 60) * ldb + tid % 32);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 36;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 40;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 44;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 48;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 52;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 56;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 60;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 36;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 40;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 44;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 48;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 52;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 56;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 60;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+        }
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int next = kt + STAGES - 1;
+            if (next < k_tiles) {
+                if (block_inside && kt_begin + next < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + (tid / 32 + 32) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + (tid / 32 + 36) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + (tid / 32 + 40) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + (tid / 32 + 44) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + (tid / 32 + 48) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + (tid / 32 + 52) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + (tid / 32 + 56) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + (tid / 32 + 60) * lda + tid % 32);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + (tid / 32 + 32) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + (tid / 32 + 36) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + (tid / 32 + 40) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + (tid / 32 + 44) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + (tid / 32 + 48) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + (tid / 32 + 52) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + (tid / 32 + 56) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + (tid / 32 + 60) * ldb + tid % 32);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 36;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 40;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 44;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 48;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 52;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 56;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 60;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 36;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 40;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 44;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 48;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 52;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 56;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 60;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+            const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+            const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+            #pragma unroll
+            for (int kk = 0; kk < K_STEPS; ++kk) {
+                ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                unsigned a_big[BLOCKS_M][A_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < A_REGS; ++r) {
+                        a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    }
+                }
+                unsigned b_big[BLOCKS_N][B_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_N; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < B_REGS; ++r) {
+                        b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    }
+                }
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int j = 0; j < BLOCKS_N; ++j) {
+                        mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                    }
+                }
+            }
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        else {
+            // Edge tile: one element at a time, only inside C.
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        if (row < M && col < N) atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        if (row < M && col + 1 < N) atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_64x64_sk_kernel_interior(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x64x32; 128 threads (2x2 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie
+    // inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 64;
+    constexpr int BN = 64;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 2048;
+    constexpr int B_STAGE = 2048;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = K / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + s * BK;
+            float* const a_dst = smem_a + s * A_STAGE;
+            cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+            const float* b_src = B + (size_t)block_n * ldb + s * BK;
+            float* const b_dst = smem_b + s * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + next * BK;
+            float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+            cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+            const float* b_src = B + (size_t)block_n * ldb + next * BK;
+            float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                if (beta != 0.0f) {
+                    const float2 old = *pair;
+                    out.x += beta * old.x;
+                    out.y += beta * old.y;
+                }
+                *pair = make_float2(out.x, out.y);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_64x64_sk_kernel_interior_partial_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x64x32; 128 threads (2x2 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 64;
+    constexpr int BN = 64;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 2048;
+    constexpr int B_STAGE = 2048;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (s == 0) {
+                const float* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_cols = K - (K / BK) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + (K / BK) * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_cols = K - (K / BK) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (s - 1) * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                const float* b_src = B + (size_t)block_n * ldb + (s - 1) * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + (next - 1) * BK;
+            float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+            cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+            const float* b_src = B + (size_t)block_n * ldb + (next - 1) * BK;
+            float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                if (beta != 0.0f) {
+                    const float2 old = *pair;
+                    out.x += beta * old.x;
+                    out.y += beta * old.y;
+                }
+                *pair = make_float2(out.x, out.y);
+            }
+        }
+    }
+}
+
+// Before a stream-K launch: C = beta * C on the last sk_tiles tiles (C = 0 when beta == 0),
+// one block per tile.
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_64x64_sk_prepare_c(float* C, int M, int N, int ldc, float beta, int sk_tiles)
+{
+    constexpr int BM = 64;
+    constexpr int BN = 64;
+    const int tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles + blockIdx.x;
+    // Rasterization (row): where C tile `tile` lies.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = tile / tiles_n;
+    const int tile_n = tile % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    for (int e = threadIdx.x; e < BM * BN; e += 128) {
+        const int m = e / BN;
+        const int n = e % BN;
+        if (block_m + m >= M || block_n + n >= N) continue;  // an edge tile's part outside C
+        float* const c = C + (size_t)(block_m + m) * ldc + block_n + n;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+    }
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) tf32_mma_64x64_sk_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 2) elements; otherwise the widest narrow kernel the operands are aligned for (8 bytes: A 2, B 2, C 2), otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with tf32_mma_64x64_sk_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool tf32_mma_64x64_sk_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
+static void tf32_mma_64x64_sk_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
+    const long long work = shared * k_tiles;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
+}
+
+extern "C" cudaError_t tf32_mma_64x64_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483583 || N > 2147483583 || K > 2147483615) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        tf32_mma_64x64_sk_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 33554431 || ldb > 33554431) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 64 - 1) / 64) * ((N + 64 - 1) / 64);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = tf32_mma_64x64_sk_aligned(A, lda, 0, 4) && tf32_mma_64x64_sk_aligned(B, ldb, 0, 4) && tf32_mma_64x64_sk_aligned(C, ldc, 0, 2);
+    // Operands aligned to less than the vector kernel needs run the widest narrow kernel
+    // whose accesses they allow (cp.async of 8 bytes), the scalar kernel otherwise.
+    const bool aligned_8byte = tf32_mma_64x64_sk_aligned(A, lda, 0, 2) && tf32_mma_64x64_sk_aligned(B, ldb, 0, 2) && tf32_mma_64x64_sk_aligned(C, ldc, 0, 2);
+    const auto kernel = vector_aligned ? tf32_mma_64x64_sk_kernel : aligned_8byte ? tf32_mma_64x64_sk_kernel_8byte : tf32_mma_64x64_sk_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin, those on a narrow kernel through its own.
+    const auto stream_k_kernel = vector_aligned ? tf32_mma_64x64_sk_kernel_stream_k : aligned_8byte ? tf32_mma_64x64_sk_kernel_stream_k_8byte : tf32_mma_64x64_sk_kernel_stream_k_scalar;
+    const size_t smem_bytes = 49152;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    // Stream-K: how many blocks this GPU holds at once decides which tiles are shared.
+    int device = 0, sms = 0, per_sm = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
+    if (status != cudaSuccess) return status;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
+    int sk_tiles = 0, sk_blocks = 0;
+    tf32_mma_64x64_sk_stream_k_split(blocks, (K + 31) / 32, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
+    if (sk_tiles == 0) {
+        // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+        // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+        // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+        // on operands offset to the strip; only where the interior holds at least 6 waves
+        // per strip, since each strip runs after it.
+        const bool has_interior = M >= 64 && N >= 64 && K >= 32;
+        if (vector_aligned && has_interior) {
+            const int inner_m = M - M % 64;
+            const int inner_n = N - N % 64;
+            const long long strips = (M > inner_m) + (N > inner_n);
+            const long long inner_tiles = (long long)(inner_m / 64) * (inner_n / 64);
+            const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+            if (interior_pays) {
+                const auto interior = K % 32 == 0 ? tf32_mma_64x64_sk_kernel_interior : tf32_mma_64x64_sk_kernel_interior_partial_k;
+                if (smem_bytes > 48 * 1024) {
+                    const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                    if (err != cudaSuccess) return err;
+                }
+                interior<<<dim3((unsigned)((inner_m / 64) * (inner_n / 64)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                if (N > inner_n) {
+                    kernel<<<dim3((unsigned)((long long)((M + 64 - 1) / 64) * (((N - inner_n) + 64 - 1) / 64)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + (size_t)inner_n * ldb, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                if (M > inner_m) {
+                    kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 64 - 1) / 64) * ((inner_n + 64 - 1) / 64)), 1, 1), dim3(128), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                return cudaGetLastError();
+            }
+        }
+        kernel<<<dim3((unsigned)blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+        return cudaGetLastError();
+    }
+    // The stream-K blocks go first: they all start together with equal work, so they also
+    // finish together, and the ragged end of the launch is the plain kernel's, as without.
+    if (prepare_blocks > 0) {
+        tf32_mma_64x64_sk_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+        if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    }
+    if (smem_bytes > 48 * 1024) {
+        status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (status != cudaSuccess) return status;
+    }
+    stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
+    if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t tf32_mma_64x64_sk_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return tf32_mma_64x64_sk_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace tf32_mma_64x64_sk
+
+// ---- member tf32_mma_32x128_sk, from tf32_mma_32x128_sk.gemm ----
+namespace tf32_mma_32x128_sk {
+
+// This member's own helpers (another member writes helpers of these names differently).
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order mk, leading dimension 32, swizzle xor(3, 2, 3)
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 28);
+}
+
+// B: order nk, leading dimension 32, swizzle xor(3, 2, 3)
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 28);
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_32x128_sk_kernel(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x32; 128 threads (1x4 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 1024;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + (tid / 8 + 64) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + (tid / 8 + 80) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + (tid / 8 + 112) * ldb + tid % 8 * 4);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + (tid / 8 + 64) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + (tid / 8 + 80) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + (tid / 8 + 112) * ldb + tid % 8 * 4);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                    if (beta != 0.0f) {
+                        const float2 old = *pair;
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                    }
+                    *pair = make_float2(out.x, out.y);
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_32x128_sk_kernel_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x32; 128 threads (1x4 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 1024;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + (tid / 32 + 32) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + (tid / 32 + 36) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + (tid / 32 + 40) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + (tid / 32 + 44) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + (tid / 32 + 48) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + (tid / 32 + 52) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + (tid / 32 + 56) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + (tid / 32 + 60) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 64, tid % 32), b_src + (tid / 32 + 64) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 68, tid % 32), b_src + (tid / 32 + 68) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 72, tid % 32), b_src + (tid / 32 + 72) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 76, tid % 32), b_src + (tid / 32 + 76) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 80, tid % 32), b_src + (tid / 32 + 80) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 84, tid % 32), b_src + (tid / 32 + 84) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 88, tid % 32), b_src + (tid / 32 + 88) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 92, tid % 32), b_src + (tid / 32 + 92) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 96, tid % 32), b_src + (tid / 32 + 96) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 100, tid % 32), b_src + (tid / 32 + 100) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 104, tid % 32), b_src + (tid / 32 + 104) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 108, tid % 32), b_src + (tid / 32 + 108) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 112, tid % 32), b_src + (tid / 32 + 112) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 116, tid % 32), b_src + (tid / 32 + 116) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 120, tid % 32), b_src + (tid / 32 + 120) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 124, tid % 32), b_src + (tid / 32 + 124) * ldb + tid % 32);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 36;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 40;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 44;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 48;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 52;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 56;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 60;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 64;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 64, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 68;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 68, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 72;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 72, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 76;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 76, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 80;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 80, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 84;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 84, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 88;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 88, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 92;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 92, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 96;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 96, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 100;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 100, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 104;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 104, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 108;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 108, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 112;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 112, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 116;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 116, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 120;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 120, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 124;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 124, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + (tid / 32 + 32) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + (tid / 32 + 36) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + (tid / 32 + 40) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + (tid / 32 + 44) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + (tid / 32 + 48) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + (tid / 32 + 52) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + (tid / 32 + 56) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + (tid / 32 + 60) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 64, tid % 32), b_src + (tid / 32 + 64) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 68, tid % 32), b_src + (tid / 32 + 68) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 72, tid % 32), b_src + (tid / 32 + 72) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 76, tid % 32), b_src + (tid / 32 + 76) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 80, tid % 32), b_src + (tid / 32 + 80) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 84, tid % 32), b_src + (tid / 32 + 84) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 88, tid % 32), b_src + (tid / 32 + 88) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 92, tid % 32), b_src + (tid / 32 + 92) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 96, tid % 32), b_src + (tid / 32 + 96) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 100, tid % 32), b_src + (tid / 32 + 100) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 104, tid % 32), b_src + (tid / 32 + 104) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 108, tid % 32), b_src + (tid / 32 + 108) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 112, tid % 32), b_src + (tid / 32 + 112) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 116, tid % 32), b_src + (tid / 32 + 116) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 120, tid % 32), b_src + (tid / 32 + 120) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 124, tid % 32), b_src + (tid / 32 + 124) * ldb + tid % 32);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 36;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 40;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 44;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 48;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 52;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 56;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 60;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 64;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 64, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 68;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 68, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 72;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 72, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 76;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 76, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 80;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 80, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 84;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 84, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 88;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 88, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 92;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 92, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 96;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 96, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 100;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 100, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 104;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 104, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 108;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 108, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 112;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 112, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 116;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 116, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 120;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 120, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 124;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 124, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_32x128_sk_kernel_8byte(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x32; 128 threads (1x4 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Narrow variant: global accesses of at most 8 bytes, for operands aligned to
+    // that but not to the vector kernel's width.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 1024;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + (tid / 16 + 40) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + (tid / 16 + 56) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + (tid / 16 + 64) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + (tid / 16 + 72) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + (tid / 16 + 80) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + (tid / 16 + 88) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + (tid / 16 + 96) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + (tid / 16 + 104) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + (tid / 16 + 112) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + (tid / 16 + 120) * ldb + tid % 16 * 2);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 72;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 88;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 104;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 120;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + (tid / 16 + 40) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + (tid / 16 + 56) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + (tid / 16 + 64) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + (tid / 16 + 72) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + (tid / 16 + 80) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + (tid / 16 + 88) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + (tid / 16 + 96) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + (tid / 16 + 104) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + (tid / 16 + 112) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + (tid / 16 + 120) * ldb + tid % 16 * 2);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 72;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 88;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 104;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 120;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                    if (beta != 0.0f) {
+                        const float2 old = *pair;
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                    }
+                    *pair = make_float2(out.x, out.y);
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_32x128_sk_kernel_stream_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 32x128x32; 128 threads (1x4 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 1024;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[BLOCKS_M][BLOCKS_N][4];
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][j][e] = 0.0f;
+                }
+            }
+        }
+        unsigned a_frag[BLOCKS_M][A_REGS];
+        unsigned b_frag[BLOCKS_N][B_REGS];
+
+        const int k_tiles = kt_end - kt_begin;
+        // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+        // multiplied. Every iteration commits one group (possibly empty) so that
+        // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+        // it also tells every thread that the stage refilled next is no longer read.
+        #pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) {
+                if (block_inside && kt_begin + s < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + (tid / 8 + 64) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + (tid / 8 + 80) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + (tid / 8 + 112) * ldb + tid % 8 * 4);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 48;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 64;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 80;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 96;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 112;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+        }
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int next = kt + STAGES - 1;
+            if (next < k_tiles) {
+                if (block_inside && kt_begin + next < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + (tid / 8 + 64) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + (tid / 8 + 80) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + (tid / 8 + 112) * ldb + tid % 8 * 4);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 48;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 64;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 80;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 96;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 112;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+            const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+            const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+            #pragma unroll
+            for (int kk = 0; kk < K_STEPS; ++kk) {
+                ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                unsigned a_big[BLOCKS_M][A_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < A_REGS; ++r) {
+                        a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    }
+                }
+                unsigned b_big[BLOCKS_N][B_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_N; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < B_REGS; ++r) {
+                        b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    }
+                }
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int j = 0; j < BLOCKS_N; ++j) {
+                        mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                    }
+                }
+            }
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        atomicAdd(reinterpret_cast<float2*>(C + (size_t)row * ldc + col), out);
+                    }
+                }
+            }
+        }
+        else {
+            // Edge tile: one element at a time, only inside C.
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        if (row < M && col < N) atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        if (row < M && col + 1 < N) atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_32x128_sk_kernel_stream_k_8byte(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 32x128x32; 128 threads (1x4 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Narrow variant: global accesses of at most 8 bytes, for operands aligned to
+    // that but not to the vector kernel's width.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 1024;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[BLOCKS_M][BLOCKS_N][4];
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][j][e] = 0.0f;
+                }
+            }
+        }
+        unsigned a_frag[BLOCKS_M][A_REGS];
+        unsigned b_frag[BLOCKS_N][B_REGS];
+
+        const int k_tiles = kt_end - kt_begin;
+        // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+        // multiplied. Every iteration commits one group (possibly empty) so that
+        // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+        // it also tells every thread that the stage refilled next is no longer read.
+        #pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) {
+                if (block_inside && kt_begin + s < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + (tid / 16 + 40) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + (tid / 16 + 56) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + (tid / 16 + 64) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + (tid / 16 + 72) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + (tid / 16 + 80) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + (tid / 16 + 88) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + (tid / 16 + 96) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + (tid / 16 + 104) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + (tid / 16 + 112) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + (tid / 16 + 120) * ldb + tid % 16 * 2);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 32;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 40;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 48;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 56;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 64;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 72;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 80;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 88;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 96;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 104;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 112;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 120;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+        }
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int next = kt + STAGES - 1;
+            if (next < k_tiles) {
+                if (block_inside && kt_begin + next < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + (tid / 16 + 40) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + (tid / 16 + 56) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + (tid / 16 + 64) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + (tid / 16 + 72) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + (tid / 16 + 80) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + (tid / 16 + 88) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + (tid / 16 + 96) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + (tid / 16 + 104) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + (tid / 16 + 112) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + (tid / 16 + 120) * ldb + tid % 16 * 2);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 32;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 40;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 48;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 56;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 64;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 72;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 80;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 88;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 96;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 104;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 112;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 120;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+            const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+            const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+            #pragma unroll
+            for (int kk = 0; kk < K_STEPS; ++kk) {
+                ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                unsigned a_big[BLOCKS_M][A_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < A_REGS; ++r) {
+                        a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    }
+                }
+                unsigned b_big[BLOCKS_N][B_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_N; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < B_REGS; ++r) {
+                        b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    }
+                }
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int j = 0; j < BLOCKS_N; ++j) {
+                        mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                    }
+                }
+            }
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        atomicAdd(reinterpret_cast<float2*>(C + (size_t)row * ldc + col), out);
+                    }
+                }
+            }
+        }
+        else {
+            // Edge tile: one element at a time, only inside C.
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        if (row < M && col < N) atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        if (row < M && col + 1 < N) atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_32x128_sk_kernel_stream_k_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 32x128x32; 128 threads (1x4 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 1024;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[BLOCKS_M][BLOCKS_N][4];
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][j][e] = 0.0f;
+                }
+            }
+        }
+        unsigned a_frag[BLOCKS_M][A_REGS];
+        unsigned b_frag[BLOCKS_N][B_REGS];
+
+        const int k_tiles = kt_end - kt_begin;
+        // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+        // multiplied. Every iteration commits one group (possibly empty) so that
+        // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+        // it also tells every thread that the stage refilled next is no longer read.
+        #pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) {
+                if (block_inside && kt_begin + s < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + (tid / 32 + 32) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + (tid / 32 + 36) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + (tid / 32 + 40) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + (tid / 32 + 44) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + (tid / 32 + 48) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + (tid / 32 + 52) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + (tid / 32 + 56) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + (tid / 32 + 60) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 64, tid % 32), b_src + (tid / 32 + 64) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 68, tid % 32), b_src + (tid / 32 + 68) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 72, tid % 32), b_src + (tid / 32 + 72) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 76, tid % 32), b_src + (tid / 32 + 76) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 80, tid % 32), b_src + (tid / 32 + 80) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 84, tid % 32), b_src + (tid / 32 + 84) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 88, tid % 32), b_src + (tid / 32 + 88) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 92, tid % 32), b_src + (tid / 32 + 92) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 96, tid % 32), b_src + (tid / 32 + 96) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 100, tid % 32), b_src + (tid / 32 + 100) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 104, tid % 32), b_src + (tid / 32 + 104) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 108, tid % 32), b_src + (tid / 32 + 108) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 112, tid % 32), b_src + (tid / 32 + 112) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 116, tid % 32), b_src + (tid / 32 + 116) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 120, tid % 32), b_src + (tid / 32 + 120) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 124, tid % 32), b_src + (tid / 32 + 124) * ldb + tid % 32);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 36;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 40;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 44;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 48;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 52;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 56;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 60;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 64;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 64, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 68;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 68, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 72;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 72, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 76;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 76, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 80;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 80, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 84;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 84, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 88;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 88, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 92;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 92, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 96;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 96, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 100;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 100, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 104;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 104, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 108;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 108, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 112;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 112, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 116;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 116, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 120;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 120, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 124;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 124, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+        }
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int next = kt + STAGES - 1;
+            if (next < k_tiles) {
+                if (block_inside && kt_begin + next < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + (tid / 32 + 32) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + (tid / 32 + 36) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + (tid / 32 + 40) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + (tid / 32 + 44) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + (tid / 32 + 48) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + (tid / 32 + 52) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + (tid / 32 + 56) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + (tid / 32 + 60) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 64, tid % 32), b_src + (tid / 32 + 64) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 68, tid % 32), b_src + (tid / 32 + 68) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 72, tid % 32), b_src + (tid / 32 + 72) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 76, tid % 32), b_src + (tid / 32 + 76) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 80, tid % 32), b_src + (tid / 32 + 80) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 84, tid % 32), b_src + (tid / 32 + 84) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 88, tid % 32), b_src + (tid / 32 + 88) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 92, tid % 32), b_src + (tid / 32 + 92) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 96, tid % 32), b_src + (tid / 32 + 96) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 100, tid % 32), b_src + (tid / 32 + 100) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 104, tid % 32), b_src + (tid / 32 + 104) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 108, tid % 32), b_src + (tid / 32 + 108) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 112, tid % 32), b_src + (tid / 32 + 112) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 116, tid % 32), b_src + (tid / 32 + 116) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 120, tid % 32), b_src + (tid / 32 + 120) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 124, tid % 32), b_src + (tid / 32 + 124) * ldb + tid % 32);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 36;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 36, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 40;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 40, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 44;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 44, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 48;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 48, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 52;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 52, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 56;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 56, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 60;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 60, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 64;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 64, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 68;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 68, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 72;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 72, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 76;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 76, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 80;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 80, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 84;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 84, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 88;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 88, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 92;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 92, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 96;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 96, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 100;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 100, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 104;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 104, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 108;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 108, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 112;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 112, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 116;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 116, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 120;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 120, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 124;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 124, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+            const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+            const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+            #pragma unroll
+            for (int kk = 0; kk < K_STEPS; ++kk) {
+                ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                unsigned a_big[BLOCKS_M][A_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < A_REGS; ++r) {
+                        a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    }
+                }
+                unsigned b_big[BLOCKS_N][B_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_N; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < B_REGS; ++r) {
+                        b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    }
+                }
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int j = 0; j < BLOCKS_N; ++j) {
+                        mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                    }
+                }
+            }
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        else {
+            // Edge tile: one element at a time, only inside C.
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        if (row < M && col < N) atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        if (row < M && col + 1 < N) atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_32x128_sk_kernel_interior(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x32; 128 threads (1x4 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie
+    // inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 1024;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = K / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + s * BK;
+            float* const a_dst = smem_a + s * A_STAGE;
+            cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+            const float* b_src = B + (size_t)block_n * ldb + s * BK;
+            float* const b_dst = smem_b + s * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + (tid / 8 + 64) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + (tid / 8 + 80) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + (tid / 8 + 112) * ldb + tid % 8 * 4);
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + next * BK;
+            float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+            cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+            const float* b_src = B + (size_t)block_n * ldb + next * BK;
+            float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + (tid / 8 + 64) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + (tid / 8 + 80) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + (tid / 8 + 112) * ldb + tid % 8 * 4);
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                if (beta != 0.0f) {
+                    const float2 old = *pair;
+                    out.x += beta * old.x;
+                    out.y += beta * old.y;
+                }
+                *pair = make_float2(out.x, out.y);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_32x128_sk_kernel_interior_partial_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x32; 128 threads (1x4 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 1024;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (s == 0) {
+                const float* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_cols = K - (K / BK) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + (K / BK) * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_cols = K - (K / BK) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (s - 1) * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                const float* b_src = B + (size_t)block_n * ldb + (s - 1) * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + (tid / 8 + 64) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + (tid / 8 + 80) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + (tid / 8 + 112) * ldb + tid % 8 * 4);
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + (next - 1) * BK;
+            float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+            cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+            const float* b_src = B + (size_t)block_n * ldb + (next - 1) * BK;
+            float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + (tid / 8 + 64) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + (tid / 8 + 80) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + (tid / 8 + 112) * ldb + tid % 8 * 4);
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                if (beta != 0.0f) {
+                    const float2 old = *pair;
+                    out.x += beta * old.x;
+                    out.y += beta * old.y;
+                }
+                *pair = make_float2(out.x, out.y);
+            }
+        }
+    }
+}
+
+// Before a stream-K launch: C = beta * C on the last sk_tiles tiles (C = 0 when beta == 0),
+// one block per tile.
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_32x128_sk_prepare_c(float* C, int M, int N, int ldc, float beta, int sk_tiles)
+{
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    const int tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles + blockIdx.x;
+    // Rasterization (row): where C tile `tile` lies.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = tile / tiles_n;
+    const int tile_n = tile % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    for (int e = threadIdx.x; e < BM * BN; e += 128) {
+        const int m = e / BN;
+        const int n = e % BN;
+        if (block_m + m >= M || block_n + n >= N) continue;  // an edge tile's part outside C
+        float* const c = C + (size_t)(block_m + m) * ldc + block_n + n;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+    }
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) tf32_mma_32x128_sk_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 2) elements; otherwise the widest narrow kernel the operands are aligned for (8 bytes: A 2, B 2, C 2), otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with tf32_mma_32x128_sk_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool tf32_mma_32x128_sk_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
+static void tf32_mma_32x128_sk_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
+    const long long work = shared * k_tiles;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
+}
+
+extern "C" cudaError_t tf32_mma_32x128_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483615 || N > 2147483519 || K > 2147483615) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        tf32_mma_32x128_sk_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 67108863 || ldb > 16777215) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 32 - 1) / 32) * ((N + 128 - 1) / 128);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = tf32_mma_32x128_sk_aligned(A, lda, 0, 4) && tf32_mma_32x128_sk_aligned(B, ldb, 0, 4) && tf32_mma_32x128_sk_aligned(C, ldc, 0, 2);
+    // Operands aligned to less than the vector kernel needs run the widest narrow kernel
+    // whose accesses they allow (cp.async of 8 bytes), the scalar kernel otherwise.
+    const bool aligned_8byte = tf32_mma_32x128_sk_aligned(A, lda, 0, 2) && tf32_mma_32x128_sk_aligned(B, ldb, 0, 2) && tf32_mma_32x128_sk_aligned(C, ldc, 0, 2);
+    const auto kernel = vector_aligned ? tf32_mma_32x128_sk_kernel : aligned_8byte ? tf32_mma_32x128_sk_kernel_8byte : tf32_mma_32x128_sk_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin, those on a narrow kernel through its own.
+    const auto stream_k_kernel = vector_aligned ? tf32_mma_32x128_sk_kernel_stream_k : aligned_8byte ? tf32_mma_32x128_sk_kernel_stream_k_8byte : tf32_mma_32x128_sk_kernel_stream_k_scalar;
+    const size_t smem_bytes = 61440;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    // Stream-K: how many blocks this GPU holds at once decides which tiles are shared.
+    int device = 0, sms = 0, per_sm = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
+    if (status != cudaSuccess) return status;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
+    int sk_tiles = 0, sk_blocks = 0;
+    tf32_mma_32x128_sk_stream_k_split(blocks, (K + 31) / 32, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
+    if (sk_tiles == 0) {
+        // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+        // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+        // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+        // on operands offset to the strip; only where the interior holds at least 6 waves
+        // per strip, since each strip runs after it.
+        const bool has_interior = M >= 32 && N >= 128 && K >= 32;
+        if (vector_aligned && has_interior) {
+            const int inner_m = M - M % 32;
+            const int inner_n = N - N % 128;
+            const long long strips = (M > inner_m) + (N > inner_n);
+            const long long inner_tiles = (long long)(inner_m / 32) * (inner_n / 128);
+            const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+            if (interior_pays) {
+                const auto interior = K % 32 == 0 ? tf32_mma_32x128_sk_kernel_interior : tf32_mma_32x128_sk_kernel_interior_partial_k;
+                if (smem_bytes > 48 * 1024) {
+                    const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                    if (err != cudaSuccess) return err;
+                }
+                interior<<<dim3((unsigned)((inner_m / 32) * (inner_n / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                if (N > inner_n) {
+                    kernel<<<dim3((unsigned)((long long)((M + 32 - 1) / 32) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + (size_t)inner_n * ldb, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                if (M > inner_m) {
+                    kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 32 - 1) / 32) * ((inner_n + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                return cudaGetLastError();
+            }
+        }
+        kernel<<<dim3((unsigned)blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+        return cudaGetLastError();
+    }
+    // The stream-K blocks go first: they all start together with equal work, so they also
+    // finish together, and the ragged end of the launch is the plain kernel's, as without.
+    if (prepare_blocks > 0) {
+        tf32_mma_32x128_sk_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+        if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    }
+    if (smem_bytes > 48 * 1024) {
+        status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (status != cudaSuccess) return status;
+    }
+    stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
+    if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t tf32_mma_32x128_sk_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return tf32_mma_32x128_sk_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace tf32_mma_32x128_sk
+
+// ---- member tf32_mma_128x32_sk, from tf32_mma_128x32_sk.gemm ----
+namespace tf32_mma_128x32_sk {
+
+// This member's own helpers (another member writes helpers of these names differently).
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order mk, leading dimension 32, swizzle xor(3, 2, 3)
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 28);
+}
+
+// B: order nk, leading dimension 32, swizzle xor(3, 2, 3)
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 28);
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_128x32_sk_kernel(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x32; 128 threads (4x1 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 4096;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + (tid / 8 + 64) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + (tid / 8 + 80) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + (tid / 8 + 96) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + (tid / 8 + 112) * lda + tid % 8 * 4);
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + (tid / 8 + 64) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + (tid / 8 + 80) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + (tid / 8 + 96) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + (tid / 8 + 112) * lda + tid % 8 * 4);
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                    if (beta != 0.0f) {
+                        const float2 old = *pair;
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                    }
+                    *pair = make_float2(out.x, out.y);
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_128x32_sk_kernel_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x32; 128 threads (4x1 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 4096;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + (tid / 32 + 32) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + (tid / 32 + 36) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + (tid / 32 + 40) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + (tid / 32 + 44) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + (tid / 32 + 48) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + (tid / 32 + 52) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + (tid / 32 + 56) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + (tid / 32 + 60) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 64, tid % 32), a_src + (tid / 32 + 64) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 68, tid % 32), a_src + (tid / 32 + 68) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 72, tid % 32), a_src + (tid / 32 + 72) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 76, tid % 32), a_src + (tid / 32 + 76) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 80, tid % 32), a_src + (tid / 32 + 80) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 84, tid % 32), a_src + (tid / 32 + 84) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 88, tid % 32), a_src + (tid / 32 + 88) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 92, tid % 32), a_src + (tid / 32 + 92) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 96, tid % 32), a_src + (tid / 32 + 96) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 100, tid % 32), a_src + (tid / 32 + 100) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 104, tid % 32), a_src + (tid / 32 + 104) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 108, tid % 32), a_src + (tid / 32 + 108) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 112, tid % 32), a_src + (tid / 32 + 112) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 116, tid % 32), a_src + (tid / 32 + 116) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 120, tid % 32), a_src + (tid / 32 + 120) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 124, tid % 32), a_src + (tid / 32 + 124) * lda + tid % 32);
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 36;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 40;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 44;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 48;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 52;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 56;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 60;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 64;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 64, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 68;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 68, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 72;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 72, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 76;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 76, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 80;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 80, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 84;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 84, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 88;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 88, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 92;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 92, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 96;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 96, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 100;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 100, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 104;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 104, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 108;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 108, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 112;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 112, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 116;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 116, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 120;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 120, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 124;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 124, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + (tid / 32 + 32) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + (tid / 32 + 36) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + (tid / 32 + 40) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + (tid / 32 + 44) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + (tid / 32 + 48) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + (tid / 32 + 52) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + (tid / 32 + 56) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + (tid / 32 + 60) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 64, tid % 32), a_src + (tid / 32 + 64) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 68, tid % 32), a_src + (tid / 32 + 68) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 72, tid % 32), a_src + (tid / 32 + 72) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 76, tid % 32), a_src + (tid / 32 + 76) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 80, tid % 32), a_src + (tid / 32 + 80) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 84, tid % 32), a_src + (tid / 32 + 84) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 88, tid % 32), a_src + (tid / 32 + 88) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 92, tid % 32), a_src + (tid / 32 + 92) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 96, tid % 32), a_src + (tid / 32 + 96) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 100, tid % 32), a_src + (tid / 32 + 100) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 104, tid % 32), a_src + (tid / 32 + 104) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 108, tid % 32), a_src + (tid / 32 + 108) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 112, tid % 32), a_src + (tid / 32 + 112) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 116, tid % 32), a_src + (tid / 32 + 116) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 120, tid % 32), a_src + (tid / 32 + 120) * lda + tid % 32);
+                cp_async_4(a_dst + a_smem_offset(tid / 32 + 124, tid % 32), a_src + (tid / 32 + 124) * lda + tid % 32);
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 36;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 40;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 44;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 48;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 52;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 56;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 60;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 64;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 64, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 68;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 68, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 72;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 72, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 76;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 76, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 80;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 80, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 84;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 84, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 88;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 88, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 92;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 92, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 96;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 96, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 100;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 100, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 104;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 104, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 108;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 108, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 112;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 112, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 116;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 116, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 120;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 120, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 32 + 124;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 124, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 16;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 20;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 24;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 32 + 28;
+                    const int col = tid % 32;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_128x32_sk_kernel_8byte(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x32; 128 threads (4x1 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Narrow variant: global accesses of at most 8 bytes, for operands aligned to
+    // that but not to the vector kernel's width.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 4096;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + (tid / 16 + 40) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + (tid / 16 + 56) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + (tid / 16 + 64) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + (tid / 16 + 72) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + (tid / 16 + 80) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + (tid / 16 + 88) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + (tid / 16 + 96) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + (tid / 16 + 104) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + (tid / 16 + 112) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + (tid / 16 + 120) * lda + tid % 16 * 2);
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 72;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 88;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 104;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 120;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + (tid / 16 + 40) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + (tid / 16 + 56) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + (tid / 16 + 64) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + (tid / 16 + 72) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + (tid / 16 + 80) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + (tid / 16 + 88) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + (tid / 16 + 96) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + (tid / 16 + 104) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + (tid / 16 + 112) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + (tid / 16 + 120) * lda + tid % 16 * 2);
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 72;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 88;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 104;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 120;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                    if (beta != 0.0f) {
+                        const float2 old = *pair;
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                    }
+                    *pair = make_float2(out.x, out.y);
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_128x32_sk_kernel_stream_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 128x32x32; 128 threads (4x1 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 4096;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[BLOCKS_M][BLOCKS_N][4];
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][j][e] = 0.0f;
+                }
+            }
+        }
+        unsigned a_frag[BLOCKS_M][A_REGS];
+        unsigned b_frag[BLOCKS_N][B_REGS];
+
+        const int k_tiles = kt_end - kt_begin;
+        // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+        // multiplied. Every iteration commits one group (possibly empty) so that
+        // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+        // it also tells every thread that the stage refilled next is no longer read.
+        #pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) {
+                if (block_inside && kt_begin + s < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + (tid / 8 + 64) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + (tid / 8 + 80) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + (tid / 8 + 96) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + (tid / 8 + 112) * lda + tid % 8 * 4);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 48;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 64;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 80;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 96;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 112;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+        }
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int next = kt + STAGES - 1;
+            if (next < k_tiles) {
+                if (block_inside && kt_begin + next < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + (tid / 8 + 64) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + (tid / 8 + 80) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + (tid / 8 + 96) * lda + tid % 8 * 4);
+                    cp_async_16(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + (tid / 8 + 112) * lda + tid % 8 * 4);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                    cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 48;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 64;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 80;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 96;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    {
+                        const int row = tid / 8 + 112;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8 * 4;
+                        cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+            const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+            const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+            #pragma unroll
+            for (int kk = 0; kk < K_STEPS; ++kk) {
+                ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                unsigned a_big[BLOCKS_M][A_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < A_REGS; ++r) {
+                        a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    }
+                }
+                unsigned b_big[BLOCKS_N][B_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_N; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < B_REGS; ++r) {
+                        b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    }
+                }
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int j = 0; j < BLOCKS_N; ++j) {
+                        mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                    }
+                }
+            }
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        atomicAdd(reinterpret_cast<float2*>(C + (size_t)row * ldc + col), out);
+                    }
+                }
+            }
+        }
+        else {
+            // Edge tile: one element at a time, only inside C.
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        if (row < M && col < N) atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        if (row < M && col + 1 < N) atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_128x32_sk_kernel_stream_k_8byte(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 128x32x32; 128 threads (4x1 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Narrow variant: global accesses of at most 8 bytes, for operands aligned to
+    // that but not to the vector kernel's width.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 4096;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[BLOCKS_M][BLOCKS_N][4];
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][j][e] = 0.0f;
+                }
+            }
+        }
+        unsigned a_frag[BLOCKS_M][A_REGS];
+        unsigned b_frag[BLOCKS_N][B_REGS];
+
+        const int k_tiles = kt_end - kt_begin;
+        // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+        // multiplied. Every iteration commits one group (possibly empty) so that
+        // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+        // it also tells every thread that the stage refilled next is no longer read.
+        #pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) {
+                if (block_inside && kt_begin + s < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + (tid / 16 + 40) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + (tid / 16 + 56) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + (tid / 16 + 64) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + (tid / 16 + 72) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + (tid / 16 + 80) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + (tid / 16 + 88) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + (tid / 16 + 96) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + (tid / 16 + 104) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + (tid / 16 + 112) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + (tid / 16 + 120) * lda + tid % 16 * 2);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 32;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 40;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 48;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 56;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 64;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 72;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 80;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 88;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 96;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 104;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 112;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 120;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+        }
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int next = kt + STAGES - 1;
+            if (next < k_tiles) {
+                if (block_inside && kt_begin + next < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + (tid / 16 + 40) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + (tid / 16 + 56) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + (tid / 16 + 64) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + (tid / 16 + 72) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + (tid / 16 + 80) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + (tid / 16 + 88) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + (tid / 16 + 96) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + (tid / 16 + 104) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + (tid / 16 + 112) * lda + tid % 16 * 2);
+                    cp_async_8(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + (tid / 16 + 120) * lda + tid % 16 * 2);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                    cp_async_8(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 32;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 40;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 48;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 56;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 64;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 72;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 80;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 88;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 96;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 104;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 112;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    {
+                        const int row = tid / 16 + 120;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 8;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 16;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                    {
+                        const int row = tid / 16 + 24;
+                        const int col = tid % 16 * 2;
+                        cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+            const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+            const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+            #pragma unroll
+            for (int kk = 0; kk < K_STEPS; ++kk) {
+                ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                unsigned a_big[BLOCKS_M][A_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < A_REGS; ++r) {
+                        a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    }
+                }
+                unsigned b_big[BLOCKS_N][B_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_N; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < B_REGS; ++r) {
+                        b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    }
+                }
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int j = 0; j < BLOCKS_N; ++j) {
+                        mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                    }
+                }
+            }
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        atomicAdd(reinterpret_cast<float2*>(C + (size_t)row * ldc + col), out);
+                    }
+                }
+            }
+        }
+        else {
+            // Edge tile: one element at a time, only inside C.
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        if (row < M && col < N) atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        if (row < M && col + 1 < N) atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_128x32_sk_kernel_stream_k_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 128x32x32; 128 threads (4x1 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 4096;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[BLOCKS_M][BLOCKS_N][4];
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[i][j][e] = 0.0f;
+                }
+            }
+        }
+        unsigned a_frag[BLOCKS_M][A_REGS];
+        unsigned b_frag[BLOCKS_N][B_REGS];
+
+        const int k_tiles = kt_end - kt_begin;
+        // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+        // multiplied. Every iteration commits one group (possibly empty) so that
+        // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+        // it also tells every thread that the stage refilled next is no longer read.
+        #pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) {
+                if (block_inside && kt_begin + s < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + (tid / 32 + 32) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + (tid / 32 + 36) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + (tid / 32 + 40) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + (tid / 32 + 44) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + (tid / 32 + 48) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + (tid / 32 + 52) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + (tid / 32 + 56) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + (tid / 32 + 60) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 64, tid % 32), a_src + (tid / 32 + 64) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 68, tid % 32), a_src + (tid / 32 + 68) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 72, tid % 32), a_src + (tid / 32 + 72) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 76, tid % 32), a_src + (tid / 32 + 76) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 80, tid % 32), a_src + (tid / 32 + 80) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 84, tid % 32), a_src + (tid / 32 + 84) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 88, tid % 32), a_src + (tid / 32 + 88) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 92, tid % 32), a_src + (tid / 32 + 92) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 96, tid % 32), a_src + (tid / 32 + 96) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 100, tid % 32), a_src + (tid / 32 + 100) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 104, tid % 32), a_src + (tid / 32 + 104) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 108, tid % 32), a_src + (tid / 32 + 108) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 112, tid % 32), a_src + (tid / 32 + 112) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 116, tid % 32), a_src + (tid / 32 + 116) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 120, tid % 32), a_src + (tid / 32 + 120) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 124, tid % 32), a_src + (tid / 32 + 124) * lda + tid % 32);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + s) * BK;
+                    float* const a_dst = smem_a + s * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 36;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 40;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 44;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 48;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 52;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 56;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 60;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 64;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 64, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 68;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 68, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 72;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 72, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 76;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 76, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 80;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 80, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 84;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 84, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 88;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 88, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 92;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 92, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 96;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 96, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 100;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 100, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 104;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 104, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 108;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 108, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 112;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 112, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 116;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 116, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 120;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 120, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 124;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 124, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + s) * BK;
+                    float* const b_dst = smem_b + s * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + s) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+        }
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const int next = kt + STAGES - 1;
+            if (next < k_tiles) {
+                if (block_inside && kt_begin + next < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    cp_async_4(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + tid / 32 * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + (tid / 32 + 4) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + (tid / 32 + 8) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + (tid / 32 + 12) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + (tid / 32 + 16) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + (tid / 32 + 20) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + (tid / 32 + 24) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + (tid / 32 + 28) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + (tid / 32 + 32) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + (tid / 32 + 36) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + (tid / 32 + 40) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + (tid / 32 + 44) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + (tid / 32 + 48) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + (tid / 32 + 52) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + (tid / 32 + 56) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + (tid / 32 + 60) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 64, tid % 32), a_src + (tid / 32 + 64) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 68, tid % 32), a_src + (tid / 32 + 68) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 72, tid % 32), a_src + (tid / 32 + 72) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 76, tid % 32), a_src + (tid / 32 + 76) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 80, tid % 32), a_src + (tid / 32 + 80) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 84, tid % 32), a_src + (tid / 32 + 84) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 88, tid % 32), a_src + (tid / 32 + 88) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 92, tid % 32), a_src + (tid / 32 + 92) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 96, tid % 32), a_src + (tid / 32 + 96) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 100, tid % 32), a_src + (tid / 32 + 100) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 104, tid % 32), a_src + (tid / 32 + 104) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 108, tid % 32), a_src + (tid / 32 + 108) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 112, tid % 32), a_src + (tid / 32 + 112) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 116, tid % 32), a_src + (tid / 32 + 116) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 120, tid % 32), a_src + (tid / 32 + 120) * lda + tid % 32);
+                    cp_async_4(a_dst + a_smem_offset(tid / 32 + 124, tid % 32), a_src + (tid / 32 + 124) * lda + tid % 32);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    cp_async_4(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + tid / 32 * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + (tid / 32 + 4) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + (tid / 32 + 8) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + (tid / 32 + 12) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + (tid / 32 + 16) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + (tid / 32 + 20) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + (tid / 32 + 24) * ldb + tid % 32);
+                    cp_async_4(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + (tid / 32 + 28) * ldb + tid % 32);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + next) * BK;
+                    float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 4, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 8, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 12, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 16, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 20, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 24, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 28, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 32, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 36;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 36, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 40;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 40, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 44;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 44, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 48;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 48, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 52;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 52, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 56;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 56, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 60;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 60, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 64;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 64, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 68;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 68, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 72;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 72, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 76;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 76, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 80;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 80, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 84;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 84, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 88;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 88, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 92;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 92, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 96;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 96, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 100;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 100, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 104;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 104, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 108;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 108, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 112;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 112, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 116;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 116, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 120;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 120, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    {
+                        const int row = tid / 32 + 124;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(a_dst + a_smem_offset(tid / 32 + 124, tid % 32), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + next) * BK;
+                    float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + next) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 4, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 8;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 8, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 12;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 12, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 16;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 16, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 20;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 20, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 24;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 24, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                    {
+                        const int row = tid / 32 + 28;
+                        const int col = tid % 32;
+                        cp_async_4_zfill(b_dst + b_smem_offset(tid / 32 + 28, tid % 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    }
+                }
+            }
+            cp_async_commit();
+            const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+            const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+            #pragma unroll
+            for (int kk = 0; kk < K_STEPS; ++kk) {
+                ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+                unsigned a_big[BLOCKS_M][A_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < A_REGS; ++r) {
+                        a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    }
+                }
+                unsigned b_big[BLOCKS_N][B_REGS];
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_N; ++i) {
+                    #pragma unroll
+                    for (int r = 0; r < B_REGS; ++r) {
+                        b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    }
+                }
+                #pragma unroll
+                for (int i = 0; i < BLOCKS_M; ++i) {
+                    #pragma unroll
+                    for (int j = 0; j < BLOCKS_N; ++j) {
+                        mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                    }
+                }
+            }
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        else {
+            // Edge tile: one element at a time, only inside C.
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                        const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                        float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                        if (row < M && col < N) atomicAdd(C + (size_t)row * ldc + col, out.x);
+                        if (row < M && col + 1 < N) atomicAdd(C + (size_t)row * ldc + col + 1, out.y);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_128x32_sk_kernel_interior(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x32; 128 threads (4x1 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie
+    // inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 4096;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = K / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + s * BK;
+            float* const a_dst = smem_a + s * A_STAGE;
+            cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + (tid / 8 + 64) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + (tid / 8 + 80) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + (tid / 8 + 96) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + (tid / 8 + 112) * lda + tid % 8 * 4);
+            const float* b_src = B + (size_t)block_n * ldb + s * BK;
+            float* const b_dst = smem_b + s * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + next * BK;
+            float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+            cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + (tid / 8 + 64) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + (tid / 8 + 80) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + (tid / 8 + 96) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + (tid / 8 + 112) * lda + tid % 8 * 4);
+            const float* b_src = B + (size_t)block_n * ldb + next * BK;
+            float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                if (beta != 0.0f) {
+                    const float2 old = *pair;
+                    out.x += beta * old.x;
+                    out.y += beta * old.y;
+                }
+                *pair = make_float2(out.x, out.y);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_128x32_sk_kernel_interior_partial_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x32; 128 threads (4x1 warps); each warp owns 32x32 of C: 2x4 mma.sync m16n8k8 (tf32) per k-step.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 2;
+    constexpr int BLOCKS_N = 4;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 4096;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (s == 0) {
+                const float* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_cols = K - (K / BK) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + (K / BK) * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_cols = K - (K / BK) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, 4 * max(0, min(4, b_cols - col)), b_src);
+                }
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (s - 1) * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + (tid / 8 + 64) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + (tid / 8 + 80) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + (tid / 8 + 96) * lda + tid % 8 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + (tid / 8 + 112) * lda + tid % 8 * 4);
+                const float* b_src = B + (size_t)block_n * ldb + (s - 1) * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + (next - 1) * BK;
+            float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+            cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + (tid / 8 + 64) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + (tid / 8 + 80) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + (tid / 8 + 96) * lda + tid % 8 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + (tid / 8 + 112) * lda + tid % 8 * 4);
+            const float* b_src = B + (size_t)block_n * ldb + (next - 1) * BK;
+            float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 32 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
+            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 32 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = block_m + warp_m * 32 + i * 16 + h * 8 + group_id;
+                const int col = block_n + warp_n * 32 + j * 8 + thread_in_group * 2;
+                float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                if (beta != 0.0f) {
+                    const float2 old = *pair;
+                    out.x += beta * old.x;
+                    out.y += beta * old.y;
+                }
+                *pair = make_float2(out.x, out.y);
+            }
+        }
+    }
+}
+
+// Before a stream-K launch: C = beta * C on the last sk_tiles tiles (C = 0 when beta == 0),
+// one block per tile.
+extern "C" __global__ void __launch_bounds__(128) tf32_mma_128x32_sk_prepare_c(float* C, int M, int N, int ldc, float beta, int sk_tiles)
+{
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    const int tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles + blockIdx.x;
+    // Rasterization (row): where C tile `tile` lies.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = tile / tiles_n;
+    const int tile_n = tile % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    for (int e = threadIdx.x; e < BM * BN; e += 128) {
+        const int m = e / BN;
+        const int n = e % BN;
+        if (block_m + m >= M || block_n + n >= N) continue;  // an edge tile's part outside C
+        float* const c = C + (size_t)(block_m + m) * ldc + block_n + n;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+    }
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) tf32_mma_128x32_sk_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 2) elements; otherwise the widest narrow kernel the operands are aligned for (8 bytes: A 2, B 2, C 2), otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with tf32_mma_128x32_sk_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool tf32_mma_128x32_sk_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
+static void tf32_mma_128x32_sk_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
+    const long long work = shared * k_tiles;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
+}
+
+extern "C" cudaError_t tf32_mma_128x32_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483519 || N > 2147483615 || K > 2147483615) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        tf32_mma_128x32_sk_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 16777215 || ldb > 67108863) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 32 - 1) / 32);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = tf32_mma_128x32_sk_aligned(A, lda, 0, 4) && tf32_mma_128x32_sk_aligned(B, ldb, 0, 4) && tf32_mma_128x32_sk_aligned(C, ldc, 0, 2);
+    // Operands aligned to less than the vector kernel needs run the widest narrow kernel
+    // whose accesses they allow (cp.async of 8 bytes), the scalar kernel otherwise.
+    const bool aligned_8byte = tf32_mma_128x32_sk_aligned(A, lda, 0, 2) && tf32_mma_128x32_sk_aligned(B, ldb, 0, 2) && tf32_mma_128x32_sk_aligned(C, ldc, 0, 2);
+    const auto kernel = vector_aligned ? tf32_mma_128x32_sk_kernel : aligned_8byte ? tf32_mma_128x32_sk_kernel_8byte : tf32_mma_128x32_sk_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin, those on a narrow kernel through its own.
+    const auto stream_k_kernel = vector_aligned ? tf32_mma_128x32_sk_kernel_stream_k : aligned_8byte ? tf32_mma_128x32_sk_kernel_stream_k_8byte : tf32_mma_128x32_sk_kernel_stream_k_scalar;
+    const size_t smem_bytes = 61440;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    // Stream-K: how many blocks this GPU holds at once decides which tiles are shared.
+    int device = 0, sms = 0, per_sm = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
+    if (status != cudaSuccess) return status;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
+    int sk_tiles = 0, sk_blocks = 0;
+    tf32_mma_128x32_sk_stream_k_split(blocks, (K + 31) / 32, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
+    if (sk_tiles == 0) {
+        // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+        // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+        // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+        // on operands offset to the strip; only where the interior holds at least 6 waves
+        // per strip, since each strip runs after it.
+        const bool has_interior = M >= 128 && N >= 32 && K >= 32;
+        if (vector_aligned && has_interior) {
+            const int inner_m = M - M % 128;
+            const int inner_n = N - N % 32;
+            const long long strips = (M > inner_m) + (N > inner_n);
+            const long long inner_tiles = (long long)(inner_m / 128) * (inner_n / 32);
+            const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+            if (interior_pays) {
+                const auto interior = K % 32 == 0 ? tf32_mma_128x32_sk_kernel_interior : tf32_mma_128x32_sk_kernel_interior_partial_k;
+                if (smem_bytes > 48 * 1024) {
+                    const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                    if (err != cudaSuccess) return err;
+                }
+                interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 32)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                if (N > inner_n) {
+                    kernel<<<dim3((unsigned)((long long)((M + 128 - 1) / 128) * (((N - inner_n) + 32 - 1) / 32)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + (size_t)inner_n * ldb, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                if (M > inner_m) {
+                    kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 128 - 1) / 128) * ((inner_n + 32 - 1) / 32)), 1, 1), dim3(128), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                return cudaGetLastError();
+            }
+        }
+        kernel<<<dim3((unsigned)blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+        return cudaGetLastError();
+    }
+    // The stream-K blocks go first: they all start together with equal work, so they also
+    // finish together, and the ragged end of the launch is the plain kernel's, as without.
+    if (prepare_blocks > 0) {
+        tf32_mma_128x32_sk_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+        if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    }
+    if (smem_bytes > 48 * 1024) {
+        status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (status != cudaSuccess) return status;
+    }
+    stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
+    if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t tf32_mma_128x32_sk_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return tf32_mma_128x32_sk_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace tf32_mma_128x32_sk
+
 // ---- member tf32_h100_any, from tf32_h100_any.gemm ----
 namespace tf32_h100_any {
 
@@ -9332,7 +19332,9 @@ struct tf32_h100_family_member {
     bool pads, a_ld_is_k, b_ld_is_k;  // copies the operands TMA refuses; A's and B's leading dimension is K
     long long a_align, b_align;  // elements a leading dimension TMA reads is a multiple of
     long long pad_call_cycles, pad_bytes_per_clock;  // the copy's launch and pass, and its rate
-    long long narrow_factor;  // its cycles' multiple where it reads misaligned operands itself
+    long long narrow_percent, scalar_percent;  // its k-tiles' cycles in percent where it reads misaligned operands itself, and one element at a time
+    long long scalar_k_tile_cycles;  // ... and the scalar kernel's least k-tile
+    long long a_scalar_align, b_scalar_align;  // elements a leading dimension its wider copies need
 };
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100[] = {1229};
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100_128x192[] = {1024};
@@ -9341,16 +19343,22 @@ static const long long tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk[] = {6
 static const long long tf32_h100_family_k_tile_cycles_sgemm_short_k_nt[] = {1124, 1938, 2844};
 static const long long tf32_h100_family_k_tile_cycles_sgemm_32x128_nt[] = {920, 1315, 1770, 2267, 2789};
 static const long long tf32_h100_family_k_tile_cycles_sgemm_128x32_nt[] = {920, 1315, 1770, 2267, 2789};
+static const long long tf32_h100_family_k_tile_cycles_tf32_mma_64x64_sk[] = {516, 834, 1196, 1569};
+static const long long tf32_h100_family_k_tile_cycles_tf32_mma_32x128_sk[] = {548, 898, 1292};
+static const long long tf32_h100_family_k_tile_cycles_tf32_mma_128x32_sk[] = {548, 898, 1292};
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100_any[] = {1693};
-static const tf32_h100_family_member tf32_h100_family_members[8] = {
-    {128, 256, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100, 6554, 6554, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 3, 5500, 49152, 1026, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // tf32_h100
-    {128, 192, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x192, 4916, 4916, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // tf32_h100_128x192
-    {128, 64, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x64, 1639, 1639, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // tf32_h100_128x64
-    {64, 128, 32, false, false, false, tf32_h100_64x128_sk::tf32_h100_64x128_sk_stream_k_split, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk, 1639, 1639, 4, true, 396, 1639, 2048, 6549, 0, 2705, 4, 4, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // tf32_h100_64x128_sk
-    {64, 128, 8, false, true, false, nullptr, 132, 3, tf32_h100_family_k_tile_cycles_sgemm_short_k_nt, 2048, 2496, 8, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_short_k_nt
-    {32, 128, 8, false, true, false, sgemm_32x128_nt::sgemm_32x128_nt_stream_k_split, 132, 5, tf32_h100_family_k_tile_cycles_sgemm_32x128_nt, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_32x128_nt
-    {128, 32, 8, false, true, false, sgemm_128x32_nt::sgemm_128x32_nt_stream_k_split, 132, 5, tf32_h100_family_k_tile_cycles_sgemm_128x32_nt, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_128x32_nt
-    {256, 128, 32, false, true, true, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_any, 0, 0, 1, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 4, 4, 0, 0, 2},  // tf32_h100_any
+static const tf32_h100_family_member tf32_h100_family_members[11] = {
+    {128, 256, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100, 6554, 6554, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 3, 5500, 49152, 1026, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 100, 100, 0, 1, 1},  // tf32_h100
+    {128, 192, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x192, 4916, 4916, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 100, 100, 0, 1, 1},  // tf32_h100_128x192
+    {128, 64, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x64, 1639, 1639, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 100, 100, 0, 1, 1},  // tf32_h100_128x64
+    {64, 128, 32, false, false, false, tf32_h100_64x128_sk::tf32_h100_64x128_sk_stream_k_split, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk, 1639, 1639, 4, true, 396, 1639, 2048, 6549, 0, 2705, 4, 4, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 100, 100, 0, 1, 1},  // tf32_h100_64x128_sk
+    {64, 128, 8, false, true, false, nullptr, 132, 3, tf32_h100_family_k_tile_cycles_sgemm_short_k_nt, 2048, 2496, 8, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 100, 100, 0, 1, 1},  // sgemm_short_k_nt
+    {32, 128, 8, false, true, false, sgemm_32x128_nt::sgemm_32x128_nt_stream_k_split, 132, 5, tf32_h100_family_k_tile_cycles_sgemm_32x128_nt, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 100, 100, 0, 1, 1},  // sgemm_32x128_nt
+    {128, 32, 8, false, true, false, sgemm_128x32_nt::sgemm_128x32_nt_stream_k_split, 132, 5, tf32_h100_family_k_tile_cycles_sgemm_128x32_nt, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 100, 100, 0, 1, 1},  // sgemm_128x32_nt
+    {64, 64, 32, false, true, false, tf32_mma_64x64_sk::tf32_mma_64x64_sk_stream_k_split, 132, 4, tf32_h100_family_k_tile_cycles_tf32_mma_64x64_sk, 3524, 4548, 2, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 2, 10000, 16384, 1569, 0, 3960, 64, false, true, true, 4, 4, 0, 0, 300, 100, 0, 1, 1},  // tf32_mma_64x64_sk
+    {32, 128, 32, false, true, false, tf32_mma_32x128_sk::tf32_mma_32x128_sk_stream_k_split, 132, 3, tf32_h100_family_k_tile_cycles_tf32_mma_32x128_sk, 4358, 5382, 2, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 2, 10000, 20480, 1292, 0, 3960, 64, false, true, true, 4, 4, 0, 0, 300, 100, 0, 1, 1},  // tf32_mma_32x128_sk
+    {128, 32, 32, false, true, false, tf32_mma_128x32_sk::tf32_mma_128x32_sk_stream_k_split, 132, 3, tf32_h100_family_k_tile_cycles_tf32_mma_128x32_sk, 4358, 5382, 2, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 2, 10000, 20480, 1292, 0, 3960, 64, false, true, true, 4, 4, 0, 0, 300, 100, 0, 1, 1},  // tf32_mma_128x32_sk
+    {256, 128, 32, false, true, true, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_any, 18192, 26384, 2, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 2, 10000, 49152, 1693, 0, 3960, 64, false, true, true, 4, 4, 0, 0, 300, 100, 0, 1, 1},  // tf32_h100_any
 };
 
 static const long long tf32_h100_family_CYCLE_CAP = 2305843009213693952LL;
@@ -9381,8 +19389,17 @@ static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long 
     const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
     // a k-tile's bytes through L2, at the share of its rate the streaming blocks leave each
     const long long drawn_k_tile = m.stage_bytes > 0 ? ((m.stage_bytes + (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) - 1) / (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) > (m.stage_bytes * streaming + (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) - 1) / (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) ? (m.stage_bytes + (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) - 1) / (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) : (m.stage_bytes * streaming + (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) - 1) / (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1)) : 0;
+    // packed operands whose leading dimension is off the member's widest access
+    const bool a_misaligned = (m.a_ld_is_k ? K : M) % (m.a_align > 1 ? m.a_align : 1) != 0;
+    const bool b_misaligned = (m.b_ld_is_k ? K : N) % (m.b_align > 1 ? m.b_align : 1) != 0;
+    // ... and off every copy wider than one element
+    const bool scalar = (m.a_ld_is_k ? K : M) % (m.a_scalar_align > 1 ? m.a_scalar_align : 1) != 0 || (m.b_ld_is_k ? K : N) % (m.b_scalar_align > 1 ? m.b_scalar_align : 1) != 0;
+    // a member that reads misaligned operands itself runs its narrower kernels' k-tiles there
+    const long long k_tile_percent = scalar ? m.scalar_percent : a_misaligned || b_misaligned ? m.narrow_percent : 100;
+    // ... the scalar kernel's at least its loads' round trip, however few blocks share an SM
+    const long long k_tile_floor = scalar ? m.scalar_k_tile_cycles : 0;
     // a k-tile with every slot resident
-    const long long full = m.stage_bytes > 0 ? (m.k_tile_base_cycles > drawn_k_tile ? m.k_tile_base_cycles : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[m.blocks_per_sm - 1];
+    const long long full = ((m.stage_bytes > 0 ? (m.k_tile_base_cycles > drawn_k_tile ? m.k_tile_base_cycles : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[m.blocks_per_sm - 1]) * k_tile_percent + 99) / 100 > k_tile_floor ? ((m.stage_bytes > 0 ? (m.k_tile_base_cycles > drawn_k_tile ? m.k_tile_base_cycles : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[m.blocks_per_sm - 1]) * k_tile_percent + 99) / 100 : k_tile_floor;
     // a packed C whose leading dimension is off the member's widest stores
     const bool c_misaligned = (m.c_ld_is_n ? N : M) % (m.c_align > 1 ? m.c_align : 1) != 0;
     // a tile's own cycles beyond its k-tiles
@@ -9397,13 +19414,10 @@ static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long 
     const long long wave = tf32_h100_family_sum(tf32_h100_family_product(k_tiles, full), m.blocks_per_sm * per_tile);
     // the last wave's blocks per SM
     const long long last = (left + m.sms - 1) / m.sms;
-    const long long last_k_tile = m.stage_bytes > 0 ? full : m.k_tile_cycles[last - 1];
+    // the last wave's k-tile at its blocks per SM
+    const long long last_k_tile = ((m.stage_bytes > 0 ? ((m.k_tile_base_cycles * last + m.blocks_per_sm - 1) / m.blocks_per_sm > drawn_k_tile ? (m.k_tile_base_cycles * last + m.blocks_per_sm - 1) / m.blocks_per_sm : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[last - 1]) * k_tile_percent + 99) / 100 > k_tile_floor ? ((m.stage_bytes > 0 ? ((m.k_tile_base_cycles * last + m.blocks_per_sm - 1) / m.blocks_per_sm > drawn_k_tile ? (m.k_tile_base_cycles * last + m.blocks_per_sm - 1) / m.blocks_per_sm : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[last - 1]) * k_tile_percent + 99) / 100 : k_tile_floor;
     const long long last_wave = left > 0 ? tf32_h100_family_sum(tf32_h100_family_product(k_tiles, last_k_tile), last * per_tile) : 0;
-    // packed operands whose leading dimension is off the member's widest access
-    const bool a_misaligned = (m.a_ld_is_k ? K : M) % (m.a_align > 1 ? m.a_align : 1) != 0;
-    const bool b_misaligned = (m.b_ld_is_k ? K : N) % (m.b_align > 1 ? m.b_align : 1) != 0;
-    // a member that reads misaligned operands itself runs its narrower kernels there
-    const long long compute_cycles = tf32_h100_family_product(tf32_h100_family_sum(tf32_h100_family_sum(stream_k_cycles, tf32_h100_family_product(plain / slots, wave)), last_wave), a_misaligned || b_misaligned ? m.narrow_factor : 1);
+    const long long compute_cycles = tf32_h100_family_sum(tf32_h100_family_sum(stream_k_cycles, tf32_h100_family_product(plain / slots, wave)), last_wave);
     // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
     const long long traffic = tf32_h100_family_sum(tf32_h100_family_sum(tf32_h100_family_product(tf32_h100_family_product(M, K), m.a_bytes), tf32_h100_family_product(tf32_h100_family_product(N, K), m.b_bytes)), tf32_h100_family_product(tf32_h100_family_product(M, N), m.c_bytes));
     const long long hbm_cycles = m.hbm_bytes_per_clock > 0 ? (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock : 0;
@@ -9423,7 +19437,7 @@ static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long 
     return tf32_h100_family_sum(tf32_h100_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles), pad_cycles);
 }
 
-static const int tf32_h100_family_member_count = 8;
+static const int tf32_h100_family_member_count = 11;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does). cycles.choose_rule.
@@ -9446,9 +19460,9 @@ static int tf32_h100_family_choose(long long M, long long N, long long K, bool a
 
 // Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,
 // or its calls are batched).
-static cudaError_t (*const tf32_h100_family_padded[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld_padded, tf32_h100_128x192::tf32_h100_128x192_launch_ld_padded, tf32_h100_128x64::tf32_h100_128x64_launch_ld_padded, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld_padded, nullptr, nullptr, nullptr, nullptr};
+static cudaError_t (*const tf32_h100_family_padded[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld_padded, tf32_h100_128x192::tf32_h100_128x192_launch_ld_padded, tf32_h100_128x64::tf32_h100_128x64_launch_ld_padded, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld_padded, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 
-static cudaError_t (*const tf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch, tf32_h100_128x192::tf32_h100_128x192_launch, tf32_h100_128x64::tf32_h100_128x64_launch, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch, sgemm_short_k_nt::sgemm_short_k_nt_launch, sgemm_32x128_nt::sgemm_32x128_nt_launch, sgemm_128x32_nt::sgemm_128x32_nt_launch, tf32_h100_any::tf32_h100_any_launch};
+static cudaError_t (*const tf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch, tf32_h100_128x192::tf32_h100_128x192_launch, tf32_h100_128x64::tf32_h100_128x64_launch, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch, sgemm_short_k_nt::sgemm_short_k_nt_launch, sgemm_32x128_nt::sgemm_32x128_nt_launch, sgemm_128x32_nt::sgemm_128x32_nt_launch, tf32_mma_64x64_sk::tf32_mma_64x64_sk_launch, tf32_mma_32x128_sk::tf32_mma_32x128_sk_launch, tf32_mma_128x32_sk::tf32_mma_128x32_sk_launch, tf32_h100_any::tf32_h100_any_launch};
 extern "C" cudaError_t tf32_h100_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
@@ -9465,7 +19479,7 @@ extern "C" cudaError_t tf32_h100_family_launch(const float* A, const float* B, f
     return status;
 }
 
-static cudaError_t (*const tf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld, tf32_h100_128x192::tf32_h100_128x192_launch_ld, tf32_h100_128x64::tf32_h100_128x64_launch_ld, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld, sgemm_short_k_nt::sgemm_short_k_nt_launch_ld, sgemm_32x128_nt::sgemm_32x128_nt_launch_ld, sgemm_128x32_nt::sgemm_128x32_nt_launch_ld, tf32_h100_any::tf32_h100_any_launch_ld};
+static cudaError_t (*const tf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld, tf32_h100_128x192::tf32_h100_128x192_launch_ld, tf32_h100_128x64::tf32_h100_128x64_launch_ld, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld, sgemm_short_k_nt::sgemm_short_k_nt_launch_ld, sgemm_32x128_nt::sgemm_32x128_nt_launch_ld, sgemm_128x32_nt::sgemm_128x32_nt_launch_ld, tf32_mma_64x64_sk::tf32_mma_64x64_sk_launch_ld, tf32_mma_32x128_sk::tf32_mma_32x128_sk_launch_ld, tf32_mma_128x32_sk::tf32_mma_128x32_sk_launch_ld, tf32_h100_any::tf32_h100_any_launch_ld};
 extern "C" cudaError_t tf32_h100_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.

@@ -171,13 +171,15 @@ def test_the_families_run_the_short_k_member_where_the_h200_ran_it_fastest(famil
 
 
 @pytest.mark.parametrize("family", ["tf32_h100_family", "sgemm_3xtf32_h100_family"])
-def test_the_nt_families_split_few_rows_or_columns_over_every_sm_with_fma_members(family):
+def test_the_nt_families_split_few_rows_or_columns_over_every_sm(family):
     """The H200's study (2026-11-29, docs/performance.md, "Few rows or columns against a long K"): at these shapes
-    the 32x128 or 128x32 FMA split-K member ran 1.3-3.5x faster than every wgmma member of the family."""
+    the 32x128 or 128x32 FMA split-K member ran 1.3-3.5x faster than every wgmma member of the family; TF32's
+    mma.sync stream-K members, where it has them, ran faster still at some (12x121x16235: 18.1 us against the FMA
+    member's 21.5; docs/performance.md, "mma.sync stream-K members")."""
     compiled = compile_family_path(ROOT / "specs" / f"{family}.gemmf")
     names = [model.name for model in compiled.models]
     # 3xTF32's rule gives three of these to its 8-row member, which ran 8-11% behind the 32-row one there
-    split_rows = {"sgemm_32x128_nt", "sgemm_decode_8x256_nt"}
+    split_rows = {"sgemm_32x128_nt", "sgemm_decode_8x256_nt", "tf32_mma_32x128_sk", "tf32_mma_64x64_sk"}
     for shape in ((12, 121, 16235), (8, 8, 4096), (8, 512, 3584), (3, 843, 3189), (15, 59, 14801)):
         assert names[choose(compiled.models, *shape)] in split_rows, shape
     for shape in ((873, 8, 1819), (512, 8, 4096)):
@@ -949,14 +951,18 @@ def test_the_wgmma_families_pick_the_intended_member_at_the_awkward_and_decode_s
     # the f32 FMA short-K member (a 64x128 tile, one of five k-tiles) takes the call of its launch's latency; the H200
     # ran it there within 1% of the fastest member in the 16-bit families, 7-10% behind it in TF32's
     # (docs/performance.md, "Short K")
-    short_k = next(model.name for model in family.models if "short_k" in model.name)
+    # (the families with mma.sync stream-K members run 33^3 on the 64x64 one: 6.1 us for BF16 against the short-K
+    # member's 8.4, 7.1 for TF32 against 7.8; docs/performance.md, "mma.sync stream-K members")
+    small = next((model.name for model in family.models if "mma_64x64_sk" in model.name), None)
+    short_k = small or next(model.name for model in family.models if "short_k" in model.name)
     intended = INTENDED_AWKWARD | {(33, 33, 33): short_k}
     assert {shape: picked_suffix(family, shape) for shape in AWKWARD_SHAPES} == intended
     for m, n, k in DECODE_SHAPES:
         assert picked_suffix(family, (m, n, k)) == (STREAM_K if m <= 64 else INTENDED_AT_M_128[n, k]), (m, n, k)
-    # one tile of 1,563 k-tiles: TF32's FMA split-K member spreads it over every SM with atomic adds, the others'
-    # 64x128 stream-K member over the blocks its fixup affords (the model's pick; not timed at this shape)
-    long_k = "sgemm_32x128_nt" if name == "tf32_h100_family" else STREAM_K
+    # one tile of 1,563 k-tiles: the mma.sync stream-K member spreads it over every slot with atomic adds where the
+    # family has one, the others' 64x128 stream-K member over the blocks its fixup affords (the model's pick; not
+    # timed at this shape)
+    long_k = small or STREAM_K
     assert picked_suffix(family, (64, 64, 100000)) == long_k
 
 
@@ -1035,7 +1041,7 @@ def test_the_memory_floor_bounds_every_prediction(hopper_families, m, n, k):
             bm, bn, bk = model.tile
             in_flight = figures.streaming_blocks * model.in_flight_k_tiles * bk * (min(m, bm) * a + min(n, bn) * b)
             assert figures.memory_cycles * in_flight >= traffic * model.round_trip_cycles
-            assert 1 <= figures.streaming_blocks <= model.sms
+            assert 1 <= figures.streaming_blocks <= model.slots
 
 
 @settings(max_examples=150, deadline=None)

@@ -148,3 +148,28 @@ def test_tf32_mma_specs_keep_their_default_order():
     text = NATURAL.replace("bf16 LAYOUT_A", "f32 row").replace("bf16 LAYOUT_B", "f32 col").replace(
         "m16n8k16; repeat", "m16n8k8; precision: tf32; repeat")
     assert load_spec(SourceFile("natural.gemm", text)).smem_b.order is ir.SmemOrder.KN
+
+
+STREAM_K_MMA_SPECS = sorted(path.stem for path in (ROOT / "specs").glob("*_mma_*_sk.gemm"))
+
+
+@pytest.mark.parametrize("name", STREAM_K_MMA_SPECS)
+def test_a_checked_stream_k_share_adds_only_inside_c_and_pairs_only_where_c_takes_them(name):
+    """A stream-K share adds its pairs into C with atomics: an edge tile only the elements inside C (one at a time),
+    and the scalar kernel (C's leading dimension odd, or C one element off) never as a float2, whose 8-byte atomic
+    faults on an address off 8 bytes."""
+    from gemmdsl.compiler import compile_path
+
+    cuda = compile_path(ROOT / "specs" / f"{name}.gemm").cuda
+    kernels = {match[1]: match[2] for match in re.finditer(
+        r'__global__ void __launch_bounds__\(\d+\) (\w+)\((.*?)\n}\n', cuda, re.S)}
+    shares = {kernel: body for kernel, body in kernels.items() if "_stream_k" in kernel}
+    assert shares and all(kernel.endswith(("_stream_k", "_stream_k_8byte", "_stream_k_4byte", "_stream_k_scalar"))
+                          for kernel in shares)
+    for kernel, body in shares.items():
+        adds = [line.strip() for line in body.splitlines() if "atomicAdd(" in line]
+        inside, _, edge = body.partition("// Edge tile: one element at a time, only inside C.")
+        assert edge and "if (block_inside)" in inside, kernel
+        edge_adds = [line.strip() for line in edge.splitlines() if "atomicAdd(" in line]
+        assert edge_adds and all(line.startswith("if (row < M && col") for line in edge_adds), kernel
+        assert ("float2" in " ".join(adds)) == (not kernel.endswith("_scalar")), kernel

@@ -291,15 +291,17 @@ ESTIMATE_HARNESS = r"""
 %(split)s
 %(rule)s
 int main() {
-    long long v[31];
+    long long v[48];
     for (;;) {
-        for (int i = 0; i < 31; ++i)
+        for (int i = 0; i < 48; ++i)
             if (std::scanf("%%lld", &v[i]) != 1) return 0;
         const long long k_tile_cycles[4] = {v[8], v[9], v[10], v[11]};
         void (*const splits[3])(long long, long long, long long, long long, int*, int*) = {nullptr, launched, aligned};
         const %(name)s_member m = {v[0], v[1], v[2], v[3] != 0, true, false, splits[v[4]], v[5], v[6], k_tile_cycles,
                                    v[12], v[27], v[28], v[29] != 0, v[30], v[13], v[24], v[25], v[14], v[15], v[16],
-                                   v[17], v[18], v[19], v[20]};
+                                   v[17], v[18], v[19], v[20], v[31], v[32], v[33], v[34], v[35], v[36] != 0,
+                                   v[37] != 0, v[38] != 0, v[39], v[40], v[41], v[42], v[43], v[44], v[45], v[46],
+                                   v[47]};
         long long compute = 0;
         const long long cycles = %(name)s_cycles(m, v[21], v[22], v[23], &compute);
         std::printf("%%lld %%lld\n", cycles, cycles < 0 ? -1 : compute);
@@ -316,7 +318,16 @@ MEMBERS = st.fixed_dictionaries({
     "launch_cycles": st.integers(0, 20000), "hbm": st.integers(0, 40),
     "bytes": st.tuples(*[st.integers(1, 4)] * 3), "in_flight": st.integers(0, 8), "round_trip": st.integers(0, 2000),
     "narrow_tile_cycles": st.integers(0, 10**5), "c_align": st.sampled_from([1, 2, 4, 8]), "c_ld_is_n": st.booleans(),
-    "narrow_store": st.sampled_from([0, 1, 6, 792])})
+    "narrow_store": st.sampled_from([0, 1, 6, 792]),
+    # the L2 draw of a k-tile's bytes (0: fixed k-tile cycles), the padded copies, and the narrower kernels of a member
+    # that reads misaligned operands itself
+    "stage_bytes": st.sampled_from([0, 8192, 49152]), "k_tile_base": st.integers(0, 10**4),
+    "k_tile_wait": st.integers(0, 500), "l2": st.integers(1, 6000), "l2_block": st.integers(0, 128),
+    "pads": st.booleans(), "a_ld_is_k": st.booleans(), "b_ld_is_k": st.booleans(),
+    "align": st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 8])),
+    "pad_call": st.integers(0, 20000), "pad_bytes": st.integers(1, 3000), "narrow_percent": st.integers(100, 900),
+    "scalar_percent": st.integers(100, 900), "scalar_k_tile": st.integers(0, 5000),
+    "scalar_align": st.tuples(st.sampled_from([1, 2]), st.sampled_from([1, 2]))})
 EXTENTS = st.one_of(st.integers(1, 5000), st.integers(1, 2**31 - 257), st.sampled_from([64, 128, 4096, 65536]))
 
 
@@ -348,7 +359,11 @@ def test_a_familys_cycles_in_c_are_the_cycle_models(tmp_path):
                          member["launch_cycles"], member["hbm"], *member["bytes"], member["in_flight"],
                          member["round_trip"], m, n, k, member["fixup_cycles"], member["call_cycles"], 0,
                          member["narrow_tile_cycles"], member["c_align"], int(member["c_ld_is_n"]),
-                         member["narrow_store"]))
+                         member["narrow_store"], member["stage_bytes"], member["k_tile_base"],
+                         member["k_tile_wait"], member["l2"], member["l2_block"], int(member["pads"]),
+                         int(member["a_ld_is_k"]), int(member["b_ld_is_k"]), *member["align"], member["pad_call"],
+                         member["pad_bytes"], member["narrow_percent"], member["scalar_percent"],
+                         member["scalar_k_tile"], *member["scalar_align"]))
             model = MemberModel("m", member["tile"], member["exact"], member["split"] > 0, member["sms"],
                                 len(member["k_tile_cycles"]), tuple(member["k_tile_cycles"]),
                                 tile_cycles=member["tile_cycles"], partial_cycles=member["partial_cycles"],
@@ -359,7 +374,16 @@ def test_a_familys_cycles_in_c_are_the_cycle_models(tmp_path):
                                 element_bytes=member["bytes"], in_flight_k_tiles=member["in_flight"],
                                 round_trip_cycles=member["round_trip"],
                                 narrow_tile_cycles=member["narrow_tile_cycles"], c_align=member["c_align"],
-                                c_ld_is_n=member["c_ld_is_n"], narrow_store_bytes_per_clock=member["narrow_store"])
+                                c_ld_is_n=member["c_ld_is_n"], narrow_store_bytes_per_clock=member["narrow_store"],
+                                stage_bytes=member["stage_bytes"], k_tile_base_cycles=member["k_tile_base"],
+                                k_tile_wait_cycles=member["k_tile_wait"], l2_bytes_per_clock=member["l2"],
+                                l2_block_bytes_per_clock=member["l2_block"], pads=member["pads"],
+                                a_ld_is_k=member["a_ld_is_k"], b_ld_is_k=member["b_ld_is_k"],
+                                a_align=member["align"][0], b_align=member["align"][1],
+                                pad_call_cycles=member["pad_call"], pad_bytes_per_clock=member["pad_bytes"],
+                                narrow_percent=member["narrow_percent"], scalar_percent=member["scalar_percent"],
+                                scalar_k_tile_cycles=member["scalar_k_tile"],
+                                a_scalar_align=member["scalar_align"][0], b_scalar_align=member["scalar_align"][1])
             figures = estimate(model, m, n, k)
             want.append(f"{figures.cycles} {figures.compute_cycles}" if figures.accepted else "-1 -1")
         assert run(binary, rows) == want

@@ -58,14 +58,14 @@ class FragmentEpilogue:
         what = "C = alpha * acc + beta * C (C is not read when beta == 0)" if self.alpha_beta else "C = acc"
         o.comment(f"Epilogue: {what}; C is {self.spec.problem.c.layout.value}-major {self.c.c_type}; "
                   "each thread holds pairs of neighbours along n.")
+        pairs = self.row_major and self.layout.c_store_width() == 2
         if work.atomic:
             o.comment("A share of a stream-K tile: add it to C, which the launcher set to beta * C\n"
                       "(0 for epilogue: store) before this kernel started.")
-            self._emit_pairs(lambda: self._emit_atomic_pair())
+            self._emit_atomics(pairs)
             return
         if self.fuse is not None:
             self._emit_fuse_values(self.fuse)
-        pairs = self.row_major and self.layout.c_store_width() == 2
         if not self.spec.problem.checked:
             self._emit_pairs(self._emit_pair if pairs else lambda: self._emit_elements(guarded=False))
             return
@@ -143,12 +143,31 @@ class FragmentEpilogue:
                     value = f"{value} + beta * old"
                 o.line(f"*element = {_call(c.from_float, value)};")
 
-    def _emit_atomic_pair(self) -> None:
-        """Stream-K: add the pair into f32 C (exact bounds, so always inside C)."""
+    def _emit_atomics(self, pairs: bool) -> None:
+        """Stream-K: add each pair into f32 C, a pair in one vector atomic where this kernel's C is pair-aligned
+        (`pairs`: the variants the launcher runs on such C) and the arch has one; an edge tile of checked bounds
+        adds only its elements inside C, one at a time."""
+        vector = pairs and self.layout.arch.has_vector_atomic_add
+        if not self.spec.problem.checked:
+            self._emit_pairs(lambda: self._emit_atomic_pair(vector))
+            return
         o = self.out
-        if self.row_major and self.layout.arch.has_vector_atomic_add:
+        with o.block("if (block_inside)"):
+            self._emit_pairs(lambda: self._emit_atomic_pair(vector))
+        with o.block("else"):
+            o.comment("Edge tile: one element at a time, only inside C.")
+            self._emit_pairs(self._emit_atomic_elements)
+
+    def _emit_atomic_pair(self, vector: bool) -> None:
+        o = self.out
+        if vector:
             o.uses("float2 and float4 atomicAdd")
             o.line(f"atomicAdd(reinterpret_cast<float2*>({self._address('col')}), out);")
             return
         o.line(f"atomicAdd({self._address('col')}, out.x);")
         o.line(f"atomicAdd({self._address('col + 1')}, out.y);")
+
+    def _emit_atomic_elements(self) -> None:
+        o = self.out
+        o.line(f"if (row < M && col < N) atomicAdd({self._address('col')}, out.x);")
+        o.line(f"if (row < M && col + 1 < N) atomicAdd({self._address('col + 1')}, out.y);")
