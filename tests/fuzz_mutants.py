@@ -347,6 +347,8 @@ def mutate(chooser: Chooser, kind: str | None = None, command: str | None = None
 FINDINGS = ("traceback", "exit status", "unpositioned", "incomplete output")
 HEADER = re.compile(r"^(?P<where>\S.*?): (?P<severity>error|warning|note): ", re.M)
 POSITION = re.compile(r"(?P<file>.+):(?P<line>\d+):(?P<column>\d+)")
+# a file's summary after its first errors (source.CompileError.render): of the file, not of a place in it
+LEFT_OUT = re.compile(r"^\S.*?: note: and [\d,]+ more (error|warning)", re.M)
 
 
 @dataclass(frozen=True)
@@ -429,6 +431,8 @@ def unpositioned(stderr: str, path: Path, text: str) -> str | None:
     own file a line that exists."""
     lines = text.count("\n") + 1
     for match in HEADER.finditer(stderr):
+        if LEFT_OUT.match(stderr, match.start()):
+            continue
         where = POSITION.fullmatch(match.group("where"))
         if where is None:
             return f"a diagnostic without a line and column: {match.group(0)!r}"
