@@ -55,7 +55,7 @@ import numpy as np
 from . import ir
 from .passes.registers import HEADROOM, launch_bounds_cap
 from .schedule import LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
-from .targets import (GLOBAL_LINE_BYTES, ISSUE_PER_CLOCK, SMEM_LATENCY, SMEM_WAVEFRONTS_PER_CLOCK, WARP, arch,
+from .targets import (GLOBAL_LINE_BYTES, ISSUE_PER_CLOCK, SECTOR_BYTES, SMEM_LATENCY, SMEM_WAVEFRONTS_PER_CLOCK, WARP, arch,
                       ffma_per_clock, l2_bytes_per_clock_per_sm, occupancy_of, single_stage_wait_cycles)
 
 KTILE_OVERHEAD = 40  # warp instructions per k-tile beyond FFMA and shared memory: global loads, barrier, loop
@@ -112,8 +112,6 @@ def global_lines(layout, spec: ir.KernelSpec) -> int:
     return total
 
 
-# 32-byte sectors: L2's unit, and what a partly written sector of a store costs in full
-SECTOR_BYTES = 32
 # A leading dimension one element past a multiple of every vector width: each row of C starts at another offset
 # within its sectors, as a packed C of odd N does
 MISALIGNED_LD = 8 * 1024 + 1

@@ -31,7 +31,6 @@ PAD_CHUNK = 16  # elements a lane loads before it stores any: 16 loads in flight
 PAD_SEGMENT = 32 * PAD_CHUNK  # a row's elements that a warp copies at a time: the rows' segments
 PAD_MAX_BLOCKS = 4096  # its blocks, at most: they stride over the segments
 PAD_ROW_BYTES = 128  # the copies' rows start 128 bytes apart: whole L2 lines, whole 32-byte sectors
-SECTOR_BYTES = 32  # TMA reads rows that start 16 bytes into a 32-byte sector at about 1.6x the time (pad.py)
 PAD_MIN_REUSE = 768  # copy such an operand only where the kernel uses each of its elements this many times (pad.py)
 PAD_MIN_WORK = 1 << 33  # ... and the call has this many multiply-adds: the copy's launch costs microseconds (pad.py)
 

@@ -253,6 +253,9 @@ DECODE_STEP_CYCLES: dict[int, dict[tuple[int, int], int]] = {90: {
 ISSUE_PER_CLOCK = SUBPARTITIONS_PER_SM
 SMEM_WAVEFRONTS_PER_CLOCK = 1
 GLOBAL_LINE_BYTES = 128
+# L2's unit of access: a store that writes part of a sector costs the whole sector, and TMA reads rows that start 16
+# bytes into one at about 1.6x the time (paths/wgmma/pad.py)
+SECTOR_BYTES = 32
 SMEM_LATENCY = 33
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy
 
-from .launch_plan import SECTOR_BYTES
+from .targets import SECTOR_BYTES
 
 TENSOR_MAP_BYTES = 128
 # CU_TENSOR_MAP_DATA_TYPE_UINT8 (FP8 operands, copied as bytes), _FLOAT16, _BFLOAT16, _FLOAT32 and _TFLOAT32

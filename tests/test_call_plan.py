@@ -14,7 +14,7 @@ from fake_arrays import FakeDLPack
 from fake_gpu import STREAM, FakeGpu, FakeTensor, fake_family, fake_kernel, matrix
 from gemmdsl import call_plan, family_kernel, runtime
 from gemmdsl.arrays import DL_FLOAT, DTYPE_NAMES, ITEM_SIZES, array_view
-from gemmdsl.launch_plan import SECTOR_BYTES
+from gemmdsl.targets import SECTOR_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"

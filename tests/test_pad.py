@@ -124,7 +124,7 @@ def pad_runners(tmp_path_factory):
         (directory / "kernel.inc").write_text(kernel)
         runner = directory / "runner"
         subprocess.run(["g++", "-std=c++17", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                        "-Wno-unknown-pragmas", f"-I{directory}", f'-DPAD_KERNEL="kernel.inc"', f"-DPAD_ENTRY={entry}",
+                        "-Wno-unknown-pragmas", f"-I{directory}", '-DPAD_KERNEL="kernel.inc"', f"-DPAD_ENTRY={entry}",
                         f"-DPAD_THREADS={PAD_THREADS}", f"-DPAD_ELEMENT={STORAGE[size]}", str(ROOT / "tests" / "emulator" / "pad_runner.cpp"),
                         "-o", str(runner)], check=True, capture_output=True, text=True)
         runners[size] = runner

@@ -5,7 +5,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable
 
-from ..launch_plan import PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, SECTOR_BYTES
+from ..launch_plan import PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES
+from ..targets import SECTOR_BYTES
 from .operands import KernelRequirements, OperandView
 
 

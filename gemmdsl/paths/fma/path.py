@@ -4,7 +4,7 @@ epilogue (emit/epilogue.py)."""
 from __future__ import annotations
 
 from ... import ir
-from ...cost_model import SECTOR_BYTES, c_store_align, c_store_sectors, cost_facts, k_tile_cycles, register_cap
+from ...cost_model import c_store_align, c_store_sectors, cost_facts, k_tile_cycles, register_cap
 from ...cycles import MemberModel, launched_fields
 from ...emit.epilogue import Epilogue
 from ...emit.fragments import SharedLoads
@@ -13,7 +13,7 @@ from ...emit.kernel import MathParts
 from ...emit.math import FmaOuterProduct
 from ...layout import KernelLayout
 from ...passes.registers import estimate_fma_registers
-from ...targets import c_store_bytes_per_clock
+from ...targets import SECTOR_BYTES, c_store_bytes_per_clock
 from ..tiles import TilePath
 from .widen import widening_helpers
 

@@ -6,11 +6,10 @@ import math
 
 from ... import ir
 from ...cycles import MemberModel, alignment_fields, launched_fields
-from ...launch_plan import SECTOR_BYTES
 from ...targets import (CP_ASYNC_L2_PERCENT, CP_ASYNC_ROUND_TRIP_CYCLES, ISSUE_PER_CLOCK, L2_BLOCK_BYTES_PER_CLOCK, MMA_SYNC_MACS_PER_CLOCK,
                         MMA_SYNC_NARROW_K_TILE_PERCENT, MMA_SYNC_SCALAR_K_TILE_CYCLES,
                         MMA_SYNC_SCALAR_K_TILE_PERCENT,
-                        SMEM_LATENCY, c_store_bytes_per_clock,
+                        SECTOR_BYTES, SMEM_LATENCY, c_store_bytes_per_clock,
                         l2_bytes_per_clock_per_sm)
 
 VECTOR_BYTES = 16  # the widest global access of a checked mma.sync kernel: its vector kernel's

@@ -14,7 +14,8 @@ from ... import ir
 from ...abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, grouped_parameters,
                     launcher_parameters, leading_name, outer_extent, tensor_map_type, tile_count)
 from ...emitter import Emitter
-from ...launch_plan import SECTOR_BYTES, GridRule
+from ...launch_plan import GridRule
+from ...targets import SECTOR_BYTES
 from ...plan import KernelPlan
 from .layout import WgmmaLayout
 from .pad import emit_padded_launcher

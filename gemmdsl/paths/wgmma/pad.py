@@ -30,7 +30,8 @@ from ...abi import (fuse_arguments, launcher_parameters, outer_extent, contiguou
                     padded_launcher_name)
 from ...emitter import Emitter
 from ...launch_plan import (PAD_CHUNK, PAD_GRID, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, PAD_SEGMENT, PAD_THREADS,
-                            PAD_WARPS_PER_BLOCK, SECTOR_BYTES)
+                            PAD_WARPS_PER_BLOCK)
+from ...targets import SECTOR_BYTES
 from ...plan import KernelPlan
 
 
@@ -93,7 +94,6 @@ def emit_pad_kernel(plan: KernelPlan, o: Emitter) -> None:
 
 def emit_padded_launcher(plan: KernelPlan, o: Emitter) -> None:
     spec, layout = plan.spec, plan.layout
-    name = spec.name
     align, multiple = layout.global_alignment_bytes, layout.ld_multiple
     parameters = launcher_parameters(spec)["launcher_ld"]
     a, b = (spec.problem.matrix(op).dtype.c_type for op in (ir.Operand.A, ir.Operand.B))
