@@ -6,10 +6,9 @@ import math
 
 from ... import ir
 from ...cycles import MemberModel, alignment_fields, launched_fields
-from ...targets import (CP_ASYNC_L2_PERCENT, CP_ASYNC_ROUND_TRIP_CYCLES, ISSUE_PER_CLOCK, L2_BLOCK_BYTES_PER_CLOCK, MMA_SYNC_MACS_PER_CLOCK,
-                        MMA_SYNC_NARROW_K_TILE_PERCENT, MMA_SYNC_SCALAR_K_TILE_CYCLES,
-                        MMA_SYNC_SCALAR_K_TILE_PERCENT,
-                        SECTOR_BYTES, SMEM_LATENCY, c_store_bytes_per_clock,
+from ...targets import (CP_ASYNC_L2_PERCENT, CP_ASYNC_ROUND_TRIP_CYCLES, ISSUE_PER_CLOCK, L2_BLOCK_BYTES_PER_CLOCK,
+                        MMA_SYNC_MACS_PER_CLOCK, MMA_SYNC_NARROW_K_TILE_PERCENT, MMA_SYNC_SCALAR_K_TILE_CYCLES,
+                        MMA_SYNC_SCALAR_K_TILE_PERCENT, SECTOR_BYTES, SMEM_LATENCY, c_store_bytes_per_clock,
                         l2_bytes_per_clock_per_sm)
 
 VECTOR_BYTES = 16  # the widest global access of a checked mma.sync kernel: its vector kernel's
@@ -40,14 +39,15 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int, unit: str)
     sgemm_3xtf32_mma.tgemm (160, held out) 0.32 and the best of the top 8 15.6% slower than the best
     (docs/tuning.md, "The mma.sync templates").
 
-    Beside the k-tile's issue, as the H200's family study measured the members (docs/calibration.md, "mma.sync
-    members"): the k-tile's bytes through L2 at the rate every streaming block shares (small tiles at large calls
-    are L2-bound: a 64x64x32 BF16 k-tile is 8 KB per 200 cycles of issue, five blocks an SM); the memory floor's
-    Little's law over the ring's STAGES - 1 k-tiles in flight per block (decode calls stream B at what their
-    blocks keep in flight); per tile, its first k-tile's round trip from HBM, which the resident blocks overlap, and
-    C's stores (pairs of f32 on 8 rows a warp fill whole sectors; one element a store where C is off pairs); and
-    where a packed operand's leading dimension is off 16 bytes, its narrower kernels' copies, which grow with the
-    elements a thread copies per k-tile."""
+    Beside the k-tile's issue, where the target's profile has the figures the H200's family study fitted
+    (docs/performance.md, "mma.sync stream-K members"): the k-tile's bytes through L2 at the share of the cp.async
+    rings' rate every streaming block leaves each (small tiles at large calls are L2-bound: a 64x64x32 BF16 k-tile is
+    8 KB per 200 cycles of issue, five blocks an SM); the memory floor's Little's law over the ring's STAGES - 1
+    k-tiles in flight per block (decode calls stream B at what their blocks keep in flight); per tile, its first
+    k-tile's round trip, which the resident blocks overlap, and C's stores (a sector a row of 4 lanes' pairs; one
+    element a store where C is off pairs); and where a packed operand's leading dimension is off 16 bytes, its
+    narrower kernels' k-tiles in percent of the vector kernel's (cp.async of 8 or 4 bytes; for an odd 16-bit one the
+    scalar kernel's one-element loads, at least a round trip a k-tile)."""
     from ...cost_model import KTILE_OVERHEAD
 
     common = launched_fields(spec, sms)
