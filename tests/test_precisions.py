@@ -3,6 +3,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gemmdsl.bench import comparison_groups, cublas_name
 from gemmdsl.precisions import comparison
@@ -84,3 +86,34 @@ def test_cublas_is_asked_for_the_kernel_s_c_type(output, dims, expected):
     arrays.cublas_into(Operand(dims), Operand(dims), "C")
     ((function, out_dtype, out),) = arrays.xp.calls
     assert (function, out_dtype) == expected and out == "C"
+
+
+def to_tf32(x):
+    """Round float32 values to TF32 (10 explicit mantissa bits), to nearest, ties away from zero (cvt.rna.tf32)."""
+    import numpy as np
+
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(1e-20, 1e20), st.floats(1e-20, 1e20), st.booleans(), st.booleans())
+def test_the_3xtf32_floor_bounds_one_3xtf32_products_error(a, b, negative_a, negative_b):
+    """TF32X3_FLOOR: a 3xTF32 product (big x big + big x small + small x big, the small parts rounded to TF32 too)
+    is within the floor of the exact product, relative, for any f32 operands in a normal range."""
+    import numpy as np
+
+    from gemmdsl.precisions import TF32X3_FLOOR
+
+    a, b = np.float32(-a if negative_a else a), np.float32(-b if negative_b else b)
+    a_big, b_big = to_tf32(a), to_tf32(b)
+    a_small, b_small = to_tf32(np.float32(a - a_big)), to_tf32(np.float32(b - b_big))
+    product = (float(a_big) * float(b_big) + float(a_big) * float(b_small) + float(a_small) * float(b_big))
+    exact = float(a) * float(b)
+    assert abs(product - exact) <= TF32X3_FLOOR * abs(exact)
+
+
+def test_3xtf32_is_held_to_twice_cublas_sgemm_and_the_floor():
+    compared = comparison(json.loads((GENERATED / "sgemm_3xtf32_h100.json").read_text()))
+    assert compared.tolerance("f32", 4e-8) == pytest.approx(2 * 4e-8 + 3 * 2.0 ** -22)
+    assert compared.tolerance("f32", 1e-5) == pytest.approx(2e-5, rel=0.04)
