@@ -22,8 +22,9 @@ Tolerances (relative Frobenius error against float64; K <= 8192):
   uniform and on wide-range data (the `wide` case), plus 3 * 2^-22 (TF32X3_FLOOR): each 3xTF32 product
   is off by up to that much relative (the small parts rounded to TF32, 2 * 2^-22, and their own product
   dropped, 2^-22), where an FP32 product is off by at most 2^-24. At a K of a few the products' error is
-  the call's: 1x1x1 measured 1.5e-7 on the H200's 3xTF32 mma.sync kernels, cuBLAS SGEMM 4e-8. At the K of
-  a real GEMM cuBLAS's accumulation error exceeds the floor and the factor holds the kernel to it.
+  the call's: 1x1x1 measured 1.5e-7 on the H200's 3xTF32 mma.sync kernels, cuBLAS SGEMM 4e-8. The floor is
+  three orders of magnitude below TF32's error: a kernel that drops one of the three products (off by about
+  2^-11 relative) still fails.
 - fp8: e4m3 or e5m2 inputs (random values quantized to the type, positive scales): at most 1.1x the
   error of torch._scaled_mm at the same precision (rowwise scales, a BF16 C, `use_fast_accum` as the
   spec's `accumulate`), both against float64 over the dequantized inputs, on uniform and wide-range
