@@ -224,6 +224,11 @@ def estimate_rule(prefix: str = "") -> Rule:
     shares, streaming, traffic, in_flight = Var("shares"), Var("streaming"), Var("traffic"), Var("in_flight")
     rate = m("hbm_bytes_per_clock")
     k_tile_cycles = m("k_tile_cycles")
+
+    def narrowed(k_tile):
+        """A k-tile's cycles in the kernel the call's alignment runs: `k_tile_percent` of them, at least the floor."""
+        return maximum(ceil_div(k_tile * Var("k_tile_percent"), 100), Var("k_tile_floor"))
+
     steps = (
         Refuse(all_of(m("exact"), any_of(ne(M % m("bm"), 0), ne(N % m("bn"), 0), ne(K % m("bk"), 0))),
                comment="bounds: exact: only the shapes the tile divides"),
@@ -253,11 +258,9 @@ def estimate_rule(prefix: str = "") -> Rule:
             comment="a member that reads misaligned operands itself runs its narrower kernels' k-tiles there"),
         Let("k_tile_floor", select(Var("scalar"), m("scalar_k_tile_cycles"), 0),
             comment="... the scalar kernel's at least its loads' round trip, however few blocks share an SM"),
-        Let("full", maximum(ceil_div(select(gt(m("stage_bytes"), 0),
-                                            maximum(m("k_tile_base_cycles"), Var("drawn_k_tile"))
-                                            + m("k_tile_wait_cycles"),
-                                            Index(k_tile_cycles, m("blocks_per_sm") - 1)) * Var("k_tile_percent"), 100),
-                            Var("k_tile_floor")),
+        Let("full", narrowed(select(gt(m("stage_bytes"), 0),
+                                    maximum(m("k_tile_base_cycles"), Var("drawn_k_tile")) + m("k_tile_wait_cycles"),
+                                    Index(k_tile_cycles, m("blocks_per_sm") - 1))),
             comment="a k-tile with every slot resident"),
         Let("c_misaligned", ne(select(m("c_ld_is_n"), N, M) % maximum(m("c_align"), 1), 0), "bool",
             comment="a packed C whose leading dimension is off the member's widest stores"),
@@ -276,12 +279,10 @@ def estimate_rule(prefix: str = "") -> Rule:
         Let("left", plain % slots),
         Let("wave", total(product(k_tiles, full), m("blocks_per_sm") * Var("per_tile")), comment="a whole wave"),
         Let("last", ceil_div(left, m("sms")), comment="the last wave's blocks per SM"),
-        Let("last_k_tile", maximum(ceil_div(select(gt(m("stage_bytes"), 0),
-                                                   maximum(ceil_div(m("k_tile_base_cycles") * Var("last"),
-                                                                    m("blocks_per_sm")),
-                                                           Var("drawn_k_tile")) + m("k_tile_wait_cycles"),
-                                                   Index(k_tile_cycles, Var("last") - 1)) * Var("k_tile_percent"), 100),
-                                   Var("k_tile_floor")),
+        Let("last_k_tile", narrowed(select(gt(m("stage_bytes"), 0),
+                                           maximum(ceil_div(m("k_tile_base_cycles") * Var("last"), m("blocks_per_sm")),
+                                                   Var("drawn_k_tile")) + m("k_tile_wait_cycles"),
+                                           Index(k_tile_cycles, Var("last") - 1))),
             comment="the last wave's k-tile at its blocks per SM"),
         Let("last_wave", select(gt(left, 0), total(product(k_tiles, Var("last_k_tile")),
                                                     Var("last") * Var("per_tile")), 0)),

@@ -954,8 +954,8 @@ def test_the_wgmma_families_pick_the_intended_member_at_the_awkward_and_decode_s
     # (the families with mma.sync stream-K members run 33^3 on the 64x64 one: 6.1 us for BF16 against the short-K
     # member's 8.4, 7.1 for TF32 against 7.8; docs/performance.md, "mma.sync stream-K members")
     small = next((model.name for model in family.models if "mma_64x64_sk" in model.name), None)
-    short_k = small or next(model.name for model in family.models if "short_k" in model.name)
-    intended = INTENDED_AWKWARD | {(33, 33, 33): short_k}
+    at_33 = small or next(model.name for model in family.models if "short_k" in model.name)
+    intended = INTENDED_AWKWARD | {(33, 33, 33): at_33}
     assert {shape: picked_suffix(family, shape) for shape in AWKWARD_SHAPES} == intended
     for m, n, k in DECODE_SHAPES:
         assert picked_suffix(family, (m, n, k)) == (STREAM_K if m <= 64 else INTENDED_AT_M_128[n, k]), (m, n, k)
