@@ -87,6 +87,10 @@ class GpuProfile:
     direct_store_bytes_per_clock: int
     # An FMA block's wait for its k-tile's global loads with a single-stage pipeline, per k-tile (cost_model.py)
     single_stage_wait_cycles: int
+    # The GEMV path (paths/gemv): a block's step at least one round trip of its lanes' loads, which it waits out
+    # before the next; and the round trip of the memory floor's Little's law over the bytes its blocks keep in flight
+    gemv_step_cycles: int
+    gemv_round_trip_cycles: int
     source: str
 
     def _per_clock(self, tbps: float) -> float:
@@ -138,7 +142,7 @@ FITTED = ("ring_round_trip_cycles", "split_wait_cycles_per_k_tile", "stream_k_fi
           "cp_async_l2_percent", "decode_step_cycles_4bit_8rows", "decode_step_cycles_4bit_16rows",
           "decode_step_cycles_4bit_32rows", "decode_step_cycles_8bit_8rows", "decode_step_cycles_8bit_16rows",
           "decode_step_cycles_8bit_32rows", "c_store_bytes_per_clock", "row_store_bytes_per_clock",
-          "direct_store_bytes_per_clock", "single_stage_wait_cycles")
+          "direct_store_bytes_per_clock", "single_stage_wait_cycles", "gemv_step_cycles", "gemv_round_trip_cycles")
 
 
 @cache

@@ -222,6 +222,12 @@ CP_ASYNC_ROUND_TRIP_CYCLES: dict[int, int] = {90: HOPPER.cp_async_round_trip_cyc
 # every SM streaming: fitted on the same study (a long K over a few tiles, 256x256x65536, ran 1.7x the time the
 # full rate predicts).
 CP_ASYNC_L2_PERCENT: dict[int, int] = {90: HOPPER.cp_async_l2_percent}
+# The GEMV path's (paths/gemv/model.py): a block's step takes at least one round trip of its lanes' loads (it waits
+# for them before it issues the next step's), and the memory floor's Little's law over the bytes its blocks keep in
+# flight runs at the round trip below. Fitted on the family study's calls with a few rows or columns
+# (docs/calibration.md).
+GEMV_STEP_CYCLES: dict[int, int] = {90: HOPPER.gemv_step_cycles}
+GEMV_ROUND_TRIP_CYCLES: dict[int, int] = {90: HOPPER.gemv_round_trip_cycles}
 # The dequantizing decode kernel's SM cycles per warp k-step (16 rows of W by 16 of K, with 2 blocks of 8 warps
 # resident), by (the weights' bits: 4, or 8 for int8 and e4m3; the rows of A a block takes: 8, 16, 32): fitted on
 # its H200 run (docs/quantized-kernel.md, "The time model"), the rates its conversions and mma.sync reach.

@@ -15,6 +15,8 @@
 //       use hgemm_h100_bf16c_128x64.gemm;    // 128x64 tiles: four times as many for the small calls
 //       use hgemm_h100_bf16c_64x128_sk.gemm; // 64x128 stream-K: decode (small M, large N x K) and long K over few tiles
 //       use hgemm_short_k_bf16c.gemm;        // widened to f32 FMAs, stores a row a warp: short K (C's stores)
+//       use hgemv_bf16c_1x4.gemm;            // CUDA-core dot products along K: one row of A against B (M = 1)
+//       use hgemv_bf16c_4x1.gemm;            // ... one column of B against A (N = 1)
 //       fallback hgemm_h100_bf16c_any.gemm; // mma.sync, any alignment: what TMA refuses
 //   }
 
@@ -3522,6 +3524,442 @@ extern "C" cudaError_t hgemm_short_k_bf16c_launch(const __nv_bfloat16* A, const 
 #endif
 }  // namespace hgemm_short_k_bf16c
 
+// ---- member hgemv_bf16c_1x4, from hgemv_bf16c_1x4.gemm ----
+namespace hgemv_bf16c_1x4 {
+
+// The 16 bytes of a row that start `off` elements past an aligned chunk `lo` (the next aligned chunk `hi`):
+// the words shifted by whole words in two selects, then, for 16-bit elements, by half a word (the off is
+// warp-uniform: selects, no divergence).
+static __device__ __forceinline__ uint4 hgemv_bf16c_1x4_window(uint4 lo, uint4 hi, int off) {
+    unsigned w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const int by = off >> 1;
+    #pragma unroll
+    for (int j = 0; j < 6; ++j) w[j] = (by & 2) ? w[j + 2] : w[j];
+    #pragma unroll
+    for (int j = 0; j < 5; ++j) w[j] = (by & 1) ? w[j + 1] : w[j];
+    const unsigned half = (off & 1) * 16;
+    return make_uint4(__funnelshift_r(w[0], w[1], half), __funnelshift_r(w[1], w[2], half),
+                      __funnelshift_r(w[2], w[3], half), __funnelshift_r(w[3], w[4], half));
+}
+
+// The chunk `c` (16 bytes) of a row whose start is `off` elements past the aligned pointer `row`.
+template <bool WINDOWED>
+static __device__ __forceinline__ uint4 hgemv_bf16c_1x4_chunk(const uint4* row, int off, int c) {
+    const uint4 lo = __ldg(row + c);
+    if (!WINDOWED) return lo;
+    return off == 0 ? lo : hgemv_bf16c_1x4_window(lo, __ldg(row + c + 1), off);
+}
+
+// A chunk's 8 elements as f32.
+static __device__ __forceinline__ void hgemv_bf16c_1x4_widen(uint4 chunk, float (&out)[8]) {
+    const unsigned words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+    #pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        out[2 * t + 0] = __uint_as_float(words[t] << 16);
+        out[2 * t + 1] = __uint_as_float(words[t] & 0xffff0000u);
+    }
+}
+
+// C = A B: 1 row(s) of A against 4 rows of B per block; WINDOWED reads rows that start off 16 bytes.
+template <bool WINDOWED>
+static __device__ __forceinline__ void hgemv_bf16c_1x4_gemv(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta) {
+    __shared__ float sums[4][1][4];
+    const int small_blocks = (M + 0) / 1;
+    // The small operand's row-blocks fastest: the blocks that read one weight tile run together.
+    const int small0 = (int)(blockIdx.x % small_blocks) * 1;
+    const int row_block = (int)(blockIdx.x / small_blocks) * 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int k_warp = warp % 4, row_warp = warp / 4;
+    const int row0 = row_block + row_warp * 2;
+    // Rows past the matrix read its last row (in bounds) and are not stored.
+    const __nv_bfloat16* w_rows[2];
+    const __nv_bfloat16* x_rows[1];
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) w_rows[i] = B + (size_t)min(row0 + i, N - 1) * ldb;
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) x_rows[j] = A + (size_t)min(small0 + j, M - 1) * lda;
+    // Each row as aligned 16-byte chunks and its start's offset into the first (0 unless WINDOWED).
+    const uint4* w_chunks[2];
+    const uint4* x_chunks[1];
+    int w_off[2], x_off[1];
+    int whole = K / 8;  // chunks of 16 bytes that every row reads inside itself
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const size_t address = reinterpret_cast<size_t>(w_rows[i]);
+        w_off[i] = WINDOWED ? (int)(address & 15) / 2 : 0;
+        w_chunks[i] = reinterpret_cast<const uint4*>(address - (size_t)w_off[i] * 2);
+        if (w_off[i] != 0) whole = min(whole, max(0, (K + w_off[i] - 8) / 8));
+    }
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+        const size_t address = reinterpret_cast<size_t>(x_rows[i]);
+        x_off[i] = WINDOWED ? (int)(address & 15) / 2 : 0;
+        x_chunks[i] = reinterpret_cast<const uint4*>(address - (size_t)x_off[i] * 2);
+        if (x_off[i] != 0) whole = min(whole, max(0, (K + x_off[i] - 8) / 8));
+    }
+    float acc[1][2];
+    #pragma unroll
+    for (int j = 0; j < 1; ++j)
+    #pragma unroll
+        for (int i = 0; i < 2; ++i) acc[j][i] = 0.0f;
+    // Per step a warp's lanes take 2 x 32 consecutive chunks; the K-warps take the next ones.
+    for (int base = k_warp * 64 + lane; base < whole; base += 256) {
+        uint4 w[2][2], x[2][1];
+        #pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int c = base + u * 32;
+            const bool in = c < whole;
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) w[u][i] = in ? hgemv_bf16c_1x4_chunk<WINDOWED>(w_chunks[i], w_off[i], c) : make_uint4(0, 0, 0, 0);
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) x[u][j] = in ? hgemv_bf16c_1x4_chunk<WINDOWED>(x_chunks[j], x_off[j], c) : make_uint4(0, 0, 0, 0);
+        }
+        // Each chunk widened once: the small rows' for every streamed row, then each streamed row's.
+        #pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            float xs[1][8];
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) hgemv_bf16c_1x4_widen(x[u][j], xs[j]);
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                float ws[8];
+                hgemv_bf16c_1x4_widen(w[u][i], ws);
+                #pragma unroll
+                for (int j = 0; j < 1; ++j)
+                #pragma unroll
+                    for (int e = 0; e < 8; ++e) acc[j][i] = fmaf(ws[e], xs[j][e], acc[j][i]);
+            }
+        }
+    }
+    // The elements past the whole chunks (fewer than 32), one a lane, on the first K-warp.
+    if (k_warp == 0) {
+        for (int k = whole * 8 + lane; k < K; k += 32) {
+            float xs[1];
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) xs[j] = __bfloat162float(x_rows[j][k]);
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const float wk = __bfloat162float(w_rows[i][k]);
+                #pragma unroll
+                for (int j = 0; j < 1; ++j) acc[j][i] = fmaf(wk, xs[j], acc[j][i]);
+            }
+        }
+    }
+    // The lanes' sums meet by shuffles, the K-warps' in shared memory.
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) {
+        #pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float sum = acc[j][i];
+            #pragma unroll
+            for (int lanes = 16; lanes > 0; lanes >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, lanes);
+            if (lane == 0) sums[k_warp][j][row_warp * 2 + i] = sum;
+        }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < 4; t += 256) {
+        const int j = t / 4, i = t % 4;
+        float sum = 0.0f;
+        #pragma unroll
+        for (int q = 0; q < 4; ++q) sum += sums[q][j][i];
+        const int row = row_block + i, small_row = small0 + j;
+        if (row >= N || small_row >= M) continue;
+        __nv_bfloat16* const c = C + (size_t)small_row * ldc + row;
+        const float value = beta == 0.0f ? alpha * sum : alpha * sum + beta * __bfloat162float(*c);
+        *c = __float2bfloat16_rn(value);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) hgemv_bf16c_1x4_kernel(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_bf16c_1x4_gemv<false>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+extern "C" __global__ void __launch_bounds__(256) hgemv_bf16c_1x4_kernel_scalar(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_bf16c_1x4_gemv<true>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) hgemv_bf16c_1x4_scale_c(__nv_bfloat16* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        __nv_bfloat16* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : __bfloat162float(*c);
+        *c = __float2bfloat16_rn(beta * old);
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_bf16c_1x4_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_bf16c_1x4_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool hgemv_bf16c_1x4_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 2) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t hgemv_bf16c_1x4_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483646 || N > 2147483643 || K > 2147481599) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemv_bf16c_1x4_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 2147483647 || ldb > 2147483647) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 1 - 1) / 1) * ((N + 4 - 1) / 4);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = hgemv_bf16c_1x4_aligned(A, lda, 0, 8) && hgemv_bf16c_1x4_aligned(B, ldb, 0, 8);
+    const auto kernel = vector_aligned ? hgemv_bf16c_1x4_kernel : hgemv_bf16c_1x4_kernel_scalar;
+    const size_t smem_bytes = 0;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hgemv_bf16c_1x4_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return hgemv_bf16c_1x4_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace hgemv_bf16c_1x4
+
+// ---- member hgemv_bf16c_4x1, from hgemv_bf16c_4x1.gemm ----
+namespace hgemv_bf16c_4x1 {
+
+// The 16 bytes of a row that start `off` elements past an aligned chunk `lo` (the next aligned chunk `hi`):
+// the words shifted by whole words in two selects, then, for 16-bit elements, by half a word (the off is
+// warp-uniform: selects, no divergence).
+static __device__ __forceinline__ uint4 hgemv_bf16c_4x1_window(uint4 lo, uint4 hi, int off) {
+    unsigned w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const int by = off >> 1;
+    #pragma unroll
+    for (int j = 0; j < 6; ++j) w[j] = (by & 2) ? w[j + 2] : w[j];
+    #pragma unroll
+    for (int j = 0; j < 5; ++j) w[j] = (by & 1) ? w[j + 1] : w[j];
+    const unsigned half = (off & 1) * 16;
+    return make_uint4(__funnelshift_r(w[0], w[1], half), __funnelshift_r(w[1], w[2], half),
+                      __funnelshift_r(w[2], w[3], half), __funnelshift_r(w[3], w[4], half));
+}
+
+// The chunk `c` (16 bytes) of a row whose start is `off` elements past the aligned pointer `row`.
+template <bool WINDOWED>
+static __device__ __forceinline__ uint4 hgemv_bf16c_4x1_chunk(const uint4* row, int off, int c) {
+    const uint4 lo = __ldg(row + c);
+    if (!WINDOWED) return lo;
+    return off == 0 ? lo : hgemv_bf16c_4x1_window(lo, __ldg(row + c + 1), off);
+}
+
+// A chunk's 8 elements as f32.
+static __device__ __forceinline__ void hgemv_bf16c_4x1_widen(uint4 chunk, float (&out)[8]) {
+    const unsigned words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+    #pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        out[2 * t + 0] = __uint_as_float(words[t] << 16);
+        out[2 * t + 1] = __uint_as_float(words[t] & 0xffff0000u);
+    }
+}
+
+// C = A B: 1 row(s) of B against 4 rows of A per block; WINDOWED reads rows that start off 16 bytes.
+template <bool WINDOWED>
+static __device__ __forceinline__ void hgemv_bf16c_4x1_gemv(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta) {
+    __shared__ float sums[4][1][4];
+    const int small_blocks = (N + 0) / 1;
+    // The small operand's row-blocks fastest: the blocks that read one weight tile run together.
+    const int small0 = (int)(blockIdx.x % small_blocks) * 1;
+    const int row_block = (int)(blockIdx.x / small_blocks) * 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int k_warp = warp % 4, row_warp = warp / 4;
+    const int row0 = row_block + row_warp * 2;
+    // Rows past the matrix read its last row (in bounds) and are not stored.
+    const __nv_bfloat16* w_rows[2];
+    const __nv_bfloat16* x_rows[1];
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) w_rows[i] = A + (size_t)min(row0 + i, M - 1) * lda;
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) x_rows[j] = B + (size_t)min(small0 + j, N - 1) * ldb;
+    // Each row as aligned 16-byte chunks and its start's offset into the first (0 unless WINDOWED).
+    const uint4* w_chunks[2];
+    const uint4* x_chunks[1];
+    int w_off[2], x_off[1];
+    int whole = K / 8;  // chunks of 16 bytes that every row reads inside itself
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const size_t address = reinterpret_cast<size_t>(w_rows[i]);
+        w_off[i] = WINDOWED ? (int)(address & 15) / 2 : 0;
+        w_chunks[i] = reinterpret_cast<const uint4*>(address - (size_t)w_off[i] * 2);
+        if (w_off[i] != 0) whole = min(whole, max(0, (K + w_off[i] - 8) / 8));
+    }
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+        const size_t address = reinterpret_cast<size_t>(x_rows[i]);
+        x_off[i] = WINDOWED ? (int)(address & 15) / 2 : 0;
+        x_chunks[i] = reinterpret_cast<const uint4*>(address - (size_t)x_off[i] * 2);
+        if (x_off[i] != 0) whole = min(whole, max(0, (K + x_off[i] - 8) / 8));
+    }
+    float acc[1][2];
+    #pragma unroll
+    for (int j = 0; j < 1; ++j)
+    #pragma unroll
+        for (int i = 0; i < 2; ++i) acc[j][i] = 0.0f;
+    // Per step a warp's lanes take 2 x 32 consecutive chunks; the K-warps take the next ones.
+    for (int base = k_warp * 64 + lane; base < whole; base += 256) {
+        uint4 w[2][2], x[2][1];
+        #pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int c = base + u * 32;
+            const bool in = c < whole;
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) w[u][i] = in ? hgemv_bf16c_4x1_chunk<WINDOWED>(w_chunks[i], w_off[i], c) : make_uint4(0, 0, 0, 0);
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) x[u][j] = in ? hgemv_bf16c_4x1_chunk<WINDOWED>(x_chunks[j], x_off[j], c) : make_uint4(0, 0, 0, 0);
+        }
+        // Each chunk widened once: the small rows' for every streamed row, then each streamed row's.
+        #pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            float xs[1][8];
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) hgemv_bf16c_4x1_widen(x[u][j], xs[j]);
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                float ws[8];
+                hgemv_bf16c_4x1_widen(w[u][i], ws);
+                #pragma unroll
+                for (int j = 0; j < 1; ++j)
+                #pragma unroll
+                    for (int e = 0; e < 8; ++e) acc[j][i] = fmaf(ws[e], xs[j][e], acc[j][i]);
+            }
+        }
+    }
+    // The elements past the whole chunks (fewer than 32), one a lane, on the first K-warp.
+    if (k_warp == 0) {
+        for (int k = whole * 8 + lane; k < K; k += 32) {
+            float xs[1];
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) xs[j] = __bfloat162float(x_rows[j][k]);
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const float wk = __bfloat162float(w_rows[i][k]);
+                #pragma unroll
+                for (int j = 0; j < 1; ++j) acc[j][i] = fmaf(wk, xs[j], acc[j][i]);
+            }
+        }
+    }
+    // The lanes' sums meet by shuffles, the K-warps' in shared memory.
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) {
+        #pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float sum = acc[j][i];
+            #pragma unroll
+            for (int lanes = 16; lanes > 0; lanes >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, lanes);
+            if (lane == 0) sums[k_warp][j][row_warp * 2 + i] = sum;
+        }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < 4; t += 256) {
+        const int j = t / 4, i = t % 4;
+        float sum = 0.0f;
+        #pragma unroll
+        for (int q = 0; q < 4; ++q) sum += sums[q][j][i];
+        const int row = row_block + i, small_row = small0 + j;
+        if (row >= M || small_row >= N) continue;
+        __nv_bfloat16* const c = C + (size_t)row * ldc + small_row;
+        const float value = beta == 0.0f ? alpha * sum : alpha * sum + beta * __bfloat162float(*c);
+        *c = __float2bfloat16_rn(value);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) hgemv_bf16c_4x1_kernel(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_bf16c_4x1_gemv<false>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+extern "C" __global__ void __launch_bounds__(256) hgemv_bf16c_4x1_kernel_scalar(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_bf16c_4x1_gemv<true>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) hgemv_bf16c_4x1_scale_c(__nv_bfloat16* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        __nv_bfloat16* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : __bfloat162float(*c);
+        *c = __float2bfloat16_rn(beta * old);
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_bf16c_4x1_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_bf16c_4x1_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool hgemv_bf16c_4x1_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 2) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t hgemv_bf16c_4x1_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483643 || N > 2147483646 || K > 2147481599) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemv_bf16c_4x1_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 2147483647 || ldb > 2147483647) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 4 - 1) / 4) * ((N + 1 - 1) / 1);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = hgemv_bf16c_4x1_aligned(A, lda, 0, 8) && hgemv_bf16c_4x1_aligned(B, ldb, 0, 8);
+    const auto kernel = vector_aligned ? hgemv_bf16c_4x1_kernel : hgemv_bf16c_4x1_kernel_scalar;
+    const size_t smem_bytes = 0;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hgemv_bf16c_4x1_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return hgemv_bf16c_4x1_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace hgemv_bf16c_4x1
+
 // ---- member hgemm_h100_bf16c_any, from hgemm_h100_bf16c_any.gemm ----
 namespace hgemm_h100_bf16c_any {
 
@@ -5840,13 +6278,17 @@ static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_12
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x64[] = {615};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_64x128_sk[] = {615};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_short_k_bf16c[] = {1124, 1938, 2844};
+static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_1x4[] = {3000, 3000, 3000, 3198};
+static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_4x1[] = {3000, 3000, 3000, 3198};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_any[] = {424, 799};
-static const hgemm_h100_bf16c_family_member hgemm_h100_bf16c_family_members[6] = {
+static const hgemm_h100_bf16c_family_member hgemm_h100_bf16c_family_members[8] = {
     {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c, 3277, 3277, 8, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 5500, 49152, 1025, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100_bf16c
     {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x192, 2458, 2458, 8, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100_bf16c_128x192
     {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x64, 820, 820, 8, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 2, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100_bf16c_128x64
     {64, 128, 64, false, false, false, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_stream_k_split, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_64x128_sk, 820, 820, 8, true, 396, 1639, 2048, 6549, 0, 2705, 2, 2, 2, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100_bf16c_64x128_sk
     {64, 128, 8, false, true, false, nullptr, 132, 3, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_short_k_bf16c, 1024, 1504, 16, true, 0, 0, 0, 6549, 1366, 2705, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 100, 100, 0, 1, 1},  // hgemm_short_k_bf16c
+    {1, 4, 2048, false, true, false, nullptr, 132, 4, hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_1x4, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2705, 2, 2, 2, 1, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 100, 100, 0, 1, 1},  // hgemv_bf16c_1x4
+    {4, 1, 2048, false, true, false, nullptr, 132, 4, hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_4x1, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2705, 2, 2, 2, 1, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 100, 100, 0, 1, 1},  // hgemv_bf16c_4x1
     {128, 128, 32, false, true, true, nullptr, 132, 2, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_any, 9096, 13192, 2, true, 0, 0, 0, 6549, 1366, 2705, 2, 2, 2, 3, 10000, 16384, 799, 0, 3960, 64, false, true, true, 8, 8, 0, 0, 300, 600, 2000, 2, 2},  // hgemm_h100_bf16c_any
 };
 
@@ -5926,7 +6368,7 @@ static long long hgemm_h100_bf16c_family_cycles(const hgemm_h100_bf16c_family_me
     return hgemm_h100_bf16c_family_sum(hgemm_h100_bf16c_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles), pad_cycles);
 }
 
-static const int hgemm_h100_bf16c_family_member_count = 6;
+static const int hgemm_h100_bf16c_family_member_count = 8;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does). cycles.choose_rule.
@@ -5949,9 +6391,9 @@ static int hgemm_h100_bf16c_family_choose(long long M, long long N, long long K,
 
 // Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,
 // or its calls are batched).
-static cudaError_t (*const hgemm_h100_bf16c_family_padded[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch_ld_padded, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch_ld_padded, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch_ld_padded, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch_ld_padded, nullptr, nullptr};
+static cudaError_t (*const hgemm_h100_bf16c_family_padded[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch_ld_padded, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch_ld_padded, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch_ld_padded, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch_ld_padded, nullptr, nullptr, nullptr, nullptr};
 
-static cudaError_t (*const hgemm_h100_bf16c_family_launch_members[])(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch, hgemm_short_k_bf16c::hgemm_short_k_bf16c_launch, hgemm_h100_bf16c_any::hgemm_h100_bf16c_any_launch};
+static cudaError_t (*const hgemm_h100_bf16c_family_launch_members[])(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch, hgemm_short_k_bf16c::hgemm_short_k_bf16c_launch, hgemv_bf16c_1x4::hgemv_bf16c_1x4_launch, hgemv_bf16c_4x1::hgemv_bf16c_4x1_launch, hgemm_h100_bf16c_any::hgemm_h100_bf16c_any_launch};
 extern "C" cudaError_t hgemm_h100_bf16c_family_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
@@ -5968,7 +6410,7 @@ extern "C" cudaError_t hgemm_h100_bf16c_family_launch(const __nv_bfloat16* A, co
     return status;
 }
 
-static cudaError_t (*const hgemm_h100_bf16c_family_launch_ld_members[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch_ld, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch_ld, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch_ld, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch_ld, hgemm_short_k_bf16c::hgemm_short_k_bf16c_launch_ld, hgemm_h100_bf16c_any::hgemm_h100_bf16c_any_launch_ld};
+static cudaError_t (*const hgemm_h100_bf16c_family_launch_ld_members[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch_ld, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch_ld, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch_ld, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch_ld, hgemm_short_k_bf16c::hgemm_short_k_bf16c_launch_ld, hgemv_bf16c_1x4::hgemv_bf16c_1x4_launch_ld, hgemv_bf16c_4x1::hgemv_bf16c_4x1_launch_ld, hgemm_h100_bf16c_any::hgemm_h100_bf16c_any_launch_ld};
 extern "C" cudaError_t hgemm_h100_bf16c_family_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.

@@ -22,8 +22,8 @@
 // Elements that an operand's pointer and leading dimension must be a multiple of for every member's
 // vector accesses (else a call that hgemm_h100, hgemm_h100_128x192, hgemm_h100_128x64,
 // hgemm_h100_64x128_sk refuse goes to the member the rule picks among hgemm_short_k,
-// hgemm_mma_64x64_sk, hgemm_mma_32x128_sk, hgemm_mma_128x32_sk, hgemm_h100_any, which run a kernel
-// with one-element accesses; the family's launchers take any alignment).
+// hgemm_mma_64x64_sk, hgemm_mma_32x128_sk, hgemm_mma_128x32_sk, hgemv_1x4, hgemv_4x1, hgemm_h100_any,
+// which run a kernel with one-element accesses; the family's launchers take any alignment).
 #define hgemm_h100_family_A_VECTOR_ELEMENTS 8
 #define hgemm_h100_family_B_VECTOR_ELEMENTS 8
 #define hgemm_h100_family_C_VECTOR_ELEMENTS 2
@@ -278,6 +278,46 @@ cudaError_t hgemm_mma_128x32_sk_launch(const __nv_bfloat16* A, const __nv_bfloat
 cudaError_t hgemm_mma_128x32_sk_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                           float* C, int ldc, int M, int N, int K, float alpha, float beta,
                                           cudaStream_t stream);
+
+// Member hgemv_1x4 (hgemv_1x4.gemm: 1x4x2048 tiles, bounds: checked). Its launchers take the
+// parameters of hgemm_h100_family's of the same kind and run it alone, without the rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_1x4_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_1x4_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
+cudaError_t hgemv_1x4_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K,
+                             float alpha, float beta, cudaStream_t stream);
+cudaError_t hgemv_1x4_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C,
+                                int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream);
+
+// Member hgemv_4x1 (hgemv_4x1.gemm: 4x1x2048 tiles, bounds: checked). Its launchers take the
+// parameters of hgemm_h100_family's of the same kind and run it alone, without the rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_4x1_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_4x1_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
+cudaError_t hgemv_4x1_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K,
+                             float alpha, float beta, cudaStream_t stream);
+cudaError_t hgemv_4x1_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C,
+                                int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream);
 
 // Member hgemm_h100_any (hgemm_h100_any.gemm: 128x128x32 tiles, bounds: checked). Its launchers take
 // the parameters of hgemm_h100_family's of the same kind and run it alone, without the rule.

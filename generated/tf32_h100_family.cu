@@ -22,6 +22,8 @@
 //       use tf32_mma_64x64_sk.gemm;   // mma.sync stream-K, any alignment: few tiles, long K, operands off 16 bytes
 //       use tf32_mma_32x128_sk.gemm;  // ... few rows
 //       use tf32_mma_128x32_sk.gemm;  // ... few columns
+//       use sgemv_1x4.gemm;           // CUDA-core dot products along K: one row of A against B (M = 1)
+//       use sgemv_4x1.gemm;           // ... one column of B against A (N = 1)
 //       fallback tf32_h100_any.gemm; // mma.sync, any alignment: what TMA refuses
 //   }
 
@@ -17180,6 +17182,436 @@ extern "C" cudaError_t tf32_mma_128x32_sk_launch(const float* A, const float* B,
 #endif
 }  // namespace tf32_mma_128x32_sk
 
+// ---- member sgemv_1x4, from sgemv_1x4.gemm ----
+namespace sgemv_1x4 {
+
+// The 16 bytes of a row that start `off` elements past an aligned chunk `lo` (the next aligned chunk `hi`):
+// the words shifted by whole words in two selects, then, for 16-bit elements, by half a word (the off is
+// warp-uniform: selects, no divergence).
+static __device__ __forceinline__ uint4 sgemv_1x4_window(uint4 lo, uint4 hi, int off) {
+    unsigned w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const int by = off;
+    #pragma unroll
+    for (int j = 0; j < 6; ++j) w[j] = (by & 2) ? w[j + 2] : w[j];
+    #pragma unroll
+    for (int j = 0; j < 5; ++j) w[j] = (by & 1) ? w[j + 1] : w[j];
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The chunk `c` (16 bytes) of a row whose start is `off` elements past the aligned pointer `row`.
+template <bool WINDOWED>
+static __device__ __forceinline__ uint4 sgemv_1x4_chunk(const uint4* row, int off, int c) {
+    const uint4 lo = __ldg(row + c);
+    if (!WINDOWED) return lo;
+    return off == 0 ? lo : sgemv_1x4_window(lo, __ldg(row + c + 1), off);
+}
+
+// A chunk's 4 elements as f32.
+static __device__ __forceinline__ void sgemv_1x4_widen(uint4 chunk, float (&out)[4]) {
+    const unsigned words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+    #pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        out[1 * t + 0] = __uint_as_float(words[t]);
+    }
+}
+
+// C = A B: 1 row(s) of A against 4 rows of B per block; WINDOWED reads rows that start off 16 bytes.
+template <bool WINDOWED>
+static __device__ __forceinline__ void sgemv_1x4_gemv(const float* A, const float* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta) {
+    __shared__ float sums[4][1][4];
+    const int small_blocks = (M + 0) / 1;
+    // The small operand's row-blocks fastest: the blocks that read one weight tile run together.
+    const int small0 = (int)(blockIdx.x % small_blocks) * 1;
+    const int row_block = (int)(blockIdx.x / small_blocks) * 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int k_warp = warp % 4, row_warp = warp / 4;
+    const int row0 = row_block + row_warp * 2;
+    // Rows past the matrix read its last row (in bounds) and are not stored.
+    const float* w_rows[2];
+    const float* x_rows[1];
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) w_rows[i] = B + (size_t)min(row0 + i, N - 1) * ldb;
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) x_rows[j] = A + (size_t)min(small0 + j, M - 1) * lda;
+    // Each row as aligned 16-byte chunks and its start's offset into the first (0 unless WINDOWED).
+    const uint4* w_chunks[2];
+    const uint4* x_chunks[1];
+    int w_off[2], x_off[1];
+    int whole = K / 4;  // chunks of 16 bytes that every row reads inside itself
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const size_t address = reinterpret_cast<size_t>(w_rows[i]);
+        w_off[i] = WINDOWED ? (int)(address & 15) / 4 : 0;
+        w_chunks[i] = reinterpret_cast<const uint4*>(address - (size_t)w_off[i] * 4);
+        if (w_off[i] != 0) whole = min(whole, max(0, (K + w_off[i] - 4) / 4));
+    }
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+        const size_t address = reinterpret_cast<size_t>(x_rows[i]);
+        x_off[i] = WINDOWED ? (int)(address & 15) / 4 : 0;
+        x_chunks[i] = reinterpret_cast<const uint4*>(address - (size_t)x_off[i] * 4);
+        if (x_off[i] != 0) whole = min(whole, max(0, (K + x_off[i] - 4) / 4));
+    }
+    float acc[1][2];
+    #pragma unroll
+    for (int j = 0; j < 1; ++j)
+    #pragma unroll
+        for (int i = 0; i < 2; ++i) acc[j][i] = 0.0f;
+    // Per step a warp's lanes take 2 x 32 consecutive chunks; the K-warps take the next ones.
+    for (int base = k_warp * 64 + lane; base < whole; base += 256) {
+        uint4 w[2][2], x[2][1];
+        #pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int c = base + u * 32;
+            const bool in = c < whole;
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) w[u][i] = in ? sgemv_1x4_chunk<WINDOWED>(w_chunks[i], w_off[i], c) : make_uint4(0, 0, 0, 0);
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) x[u][j] = in ? sgemv_1x4_chunk<WINDOWED>(x_chunks[j], x_off[j], c) : make_uint4(0, 0, 0, 0);
+        }
+        // Each chunk widened once: the small rows' for every streamed row, then each streamed row's.
+        #pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            float xs[1][4];
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) sgemv_1x4_widen(x[u][j], xs[j]);
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                float ws[4];
+                sgemv_1x4_widen(w[u][i], ws);
+                #pragma unroll
+                for (int j = 0; j < 1; ++j)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[j][i] = fmaf(ws[e], xs[j][e], acc[j][i]);
+            }
+        }
+    }
+    // The elements past the whole chunks (fewer than 32), one a lane, on the first K-warp.
+    if (k_warp == 0) {
+        for (int k = whole * 4 + lane; k < K; k += 32) {
+            float xs[1];
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) xs[j] = x_rows[j][k];
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const float wk = w_rows[i][k];
+                #pragma unroll
+                for (int j = 0; j < 1; ++j) acc[j][i] = fmaf(wk, xs[j], acc[j][i]);
+            }
+        }
+    }
+    // The lanes' sums meet by shuffles, the K-warps' in shared memory.
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) {
+        #pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float sum = acc[j][i];
+            #pragma unroll
+            for (int lanes = 16; lanes > 0; lanes >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, lanes);
+            if (lane == 0) sums[k_warp][j][row_warp * 2 + i] = sum;
+        }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < 4; t += 256) {
+        const int j = t / 4, i = t % 4;
+        float sum = 0.0f;
+        #pragma unroll
+        for (int q = 0; q < 4; ++q) sum += sums[q][j][i];
+        const int row = row_block + i, small_row = small0 + j;
+        if (row >= N || small_row >= M) continue;
+        float* const c = C + (size_t)small_row * ldc + row;
+        const float value = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
+        *c = value;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemv_1x4_kernel(const float* A, const float* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    sgemv_1x4_gemv<false>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemv_1x4_kernel_scalar(const float* A, const float* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    sgemv_1x4_gemv<true>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) sgemv_1x4_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 4 elements (16 bytes), sgemv_1x4_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemv_1x4_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
+static bool sgemv_1x4_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t sgemv_1x4_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483646 || N > 2147483643 || K > 2147482623) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        sgemv_1x4_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 2147483647 || ldb > 2147483647) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 1 - 1) / 1) * ((N + 4 - 1) / 4);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = sgemv_1x4_aligned(A, lda, 0, 4) && sgemv_1x4_aligned(B, ldb, 0, 4);
+    const auto kernel = vector_aligned ? sgemv_1x4_kernel : sgemv_1x4_kernel_scalar;
+    const size_t smem_bytes = 0;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t sgemv_1x4_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return sgemv_1x4_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace sgemv_1x4
+
+// ---- member sgemv_4x1, from sgemv_4x1.gemm ----
+namespace sgemv_4x1 {
+
+// The 16 bytes of a row that start `off` elements past an aligned chunk `lo` (the next aligned chunk `hi`):
+// the words shifted by whole words in two selects, then, for 16-bit elements, by half a word (the off is
+// warp-uniform: selects, no divergence).
+static __device__ __forceinline__ uint4 sgemv_4x1_window(uint4 lo, uint4 hi, int off) {
+    unsigned w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const int by = off;
+    #pragma unroll
+    for (int j = 0; j < 6; ++j) w[j] = (by & 2) ? w[j + 2] : w[j];
+    #pragma unroll
+    for (int j = 0; j < 5; ++j) w[j] = (by & 1) ? w[j + 1] : w[j];
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The chunk `c` (16 bytes) of a row whose start is `off` elements past the aligned pointer `row`.
+template <bool WINDOWED>
+static __device__ __forceinline__ uint4 sgemv_4x1_chunk(const uint4* row, int off, int c) {
+    const uint4 lo = __ldg(row + c);
+    if (!WINDOWED) return lo;
+    return off == 0 ? lo : sgemv_4x1_window(lo, __ldg(row + c + 1), off);
+}
+
+// A chunk's 4 elements as f32.
+static __device__ __forceinline__ void sgemv_4x1_widen(uint4 chunk, float (&out)[4]) {
+    const unsigned words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+    #pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        out[1 * t + 0] = __uint_as_float(words[t]);
+    }
+}
+
+// C = A B: 1 row(s) of B against 4 rows of A per block; WINDOWED reads rows that start off 16 bytes.
+template <bool WINDOWED>
+static __device__ __forceinline__ void sgemv_4x1_gemv(const float* A, const float* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta) {
+    __shared__ float sums[4][1][4];
+    const int small_blocks = (N + 0) / 1;
+    // The small operand's row-blocks fastest: the blocks that read one weight tile run together.
+    const int small0 = (int)(blockIdx.x % small_blocks) * 1;
+    const int row_block = (int)(blockIdx.x / small_blocks) * 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int k_warp = warp % 4, row_warp = warp / 4;
+    const int row0 = row_block + row_warp * 2;
+    // Rows past the matrix read its last row (in bounds) and are not stored.
+    const float* w_rows[2];
+    const float* x_rows[1];
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) w_rows[i] = A + (size_t)min(row0 + i, M - 1) * lda;
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) x_rows[j] = B + (size_t)min(small0 + j, N - 1) * ldb;
+    // Each row as aligned 16-byte chunks and its start's offset into the first (0 unless WINDOWED).
+    const uint4* w_chunks[2];
+    const uint4* x_chunks[1];
+    int w_off[2], x_off[1];
+    int whole = K / 4;  // chunks of 16 bytes that every row reads inside itself
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const size_t address = reinterpret_cast<size_t>(w_rows[i]);
+        w_off[i] = WINDOWED ? (int)(address & 15) / 4 : 0;
+        w_chunks[i] = reinterpret_cast<const uint4*>(address - (size_t)w_off[i] * 4);
+        if (w_off[i] != 0) whole = min(whole, max(0, (K + w_off[i] - 4) / 4));
+    }
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+        const size_t address = reinterpret_cast<size_t>(x_rows[i]);
+        x_off[i] = WINDOWED ? (int)(address & 15) / 4 : 0;
+        x_chunks[i] = reinterpret_cast<const uint4*>(address - (size_t)x_off[i] * 4);
+        if (x_off[i] != 0) whole = min(whole, max(0, (K + x_off[i] - 4) / 4));
+    }
+    float acc[1][2];
+    #pragma unroll
+    for (int j = 0; j < 1; ++j)
+    #pragma unroll
+        for (int i = 0; i < 2; ++i) acc[j][i] = 0.0f;
+    // Per step a warp's lanes take 2 x 32 consecutive chunks; the K-warps take the next ones.
+    for (int base = k_warp * 64 + lane; base < whole; base += 256) {
+        uint4 w[2][2], x[2][1];
+        #pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int c = base + u * 32;
+            const bool in = c < whole;
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) w[u][i] = in ? sgemv_4x1_chunk<WINDOWED>(w_chunks[i], w_off[i], c) : make_uint4(0, 0, 0, 0);
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) x[u][j] = in ? sgemv_4x1_chunk<WINDOWED>(x_chunks[j], x_off[j], c) : make_uint4(0, 0, 0, 0);
+        }
+        // Each chunk widened once: the small rows' for every streamed row, then each streamed row's.
+        #pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            float xs[1][4];
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) sgemv_4x1_widen(x[u][j], xs[j]);
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                float ws[4];
+                sgemv_4x1_widen(w[u][i], ws);
+                #pragma unroll
+                for (int j = 0; j < 1; ++j)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[j][i] = fmaf(ws[e], xs[j][e], acc[j][i]);
+            }
+        }
+    }
+    // The elements past the whole chunks (fewer than 32), one a lane, on the first K-warp.
+    if (k_warp == 0) {
+        for (int k = whole * 4 + lane; k < K; k += 32) {
+            float xs[1];
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) xs[j] = x_rows[j][k];
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const float wk = w_rows[i][k];
+                #pragma unroll
+                for (int j = 0; j < 1; ++j) acc[j][i] = fmaf(wk, xs[j], acc[j][i]);
+            }
+        }
+    }
+    // The lanes' sums meet by shuffles, the K-warps' in shared memory.
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) {
+        #pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float sum = acc[j][i];
+            #pragma unroll
+            for (int lanes = 16; lanes > 0; lanes >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, lanes);
+            if (lane == 0) sums[k_warp][j][row_warp * 2 + i] = sum;
+        }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < 4; t += 256) {
+        const int j = t / 4, i = t % 4;
+        float sum = 0.0f;
+        #pragma unroll
+        for (int q = 0; q < 4; ++q) sum += sums[q][j][i];
+        const int row = row_block + i, small_row = small0 + j;
+        if (row >= M || small_row >= N) continue;
+        float* const c = C + (size_t)row * ldc + small_row;
+        const float value = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
+        *c = value;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemv_4x1_kernel(const float* A, const float* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    sgemv_4x1_gemv<false>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemv_4x1_kernel_scalar(const float* A, const float* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    sgemv_4x1_gemv<true>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) sgemv_4x1_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 4 elements (16 bytes), sgemv_4x1_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemv_4x1_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
+static bool sgemv_4x1_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t sgemv_4x1_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483643 || N > 2147483646 || K > 2147482623) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        sgemv_4x1_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 2147483647 || ldb > 2147483647) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 4 - 1) / 4) * ((N + 1 - 1) / 1);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = sgemv_4x1_aligned(A, lda, 0, 4) && sgemv_4x1_aligned(B, ldb, 0, 4);
+    const auto kernel = vector_aligned ? sgemv_4x1_kernel : sgemv_4x1_kernel_scalar;
+    const size_t smem_bytes = 0;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t sgemv_4x1_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return sgemv_4x1_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace sgemv_4x1
+
 // ---- member tf32_h100_any, from tf32_h100_any.gemm ----
 namespace tf32_h100_any {
 
@@ -19346,8 +19778,10 @@ static const long long tf32_h100_family_k_tile_cycles_sgemm_128x32_nt[] = {920, 
 static const long long tf32_h100_family_k_tile_cycles_tf32_mma_64x64_sk[] = {516, 834, 1196, 1569};
 static const long long tf32_h100_family_k_tile_cycles_tf32_mma_32x128_sk[] = {548, 898, 1292};
 static const long long tf32_h100_family_k_tile_cycles_tf32_mma_128x32_sk[] = {548, 898, 1292};
+static const long long tf32_h100_family_k_tile_cycles_sgemv_1x4[] = {3000, 3000, 3000, 3198};
+static const long long tf32_h100_family_k_tile_cycles_sgemv_4x1[] = {3000, 3000, 3000, 3198};
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100_any[] = {1693};
-static const tf32_h100_family_member tf32_h100_family_members[11] = {
+static const tf32_h100_family_member tf32_h100_family_members[13] = {
     {128, 256, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100, 6554, 6554, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 3, 5500, 49152, 1026, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 100, 100, 0, 1, 1},  // tf32_h100
     {128, 192, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x192, 4916, 4916, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 100, 100, 0, 1, 1},  // tf32_h100_128x192
     {128, 64, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x64, 1639, 1639, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 100, 100, 0, 1, 1},  // tf32_h100_128x64
@@ -19358,6 +19792,8 @@ static const tf32_h100_family_member tf32_h100_family_members[11] = {
     {64, 64, 32, false, true, false, tf32_mma_64x64_sk::tf32_mma_64x64_sk_stream_k_split, 132, 4, tf32_h100_family_k_tile_cycles_tf32_mma_64x64_sk, 3524, 4548, 2, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 2, 10000, 16384, 1569, 0, 3960, 64, false, true, true, 4, 4, 0, 0, 300, 100, 0, 1, 1},  // tf32_mma_64x64_sk
     {32, 128, 32, false, true, false, tf32_mma_32x128_sk::tf32_mma_32x128_sk_stream_k_split, 132, 3, tf32_h100_family_k_tile_cycles_tf32_mma_32x128_sk, 4358, 5382, 2, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 2, 10000, 20480, 1292, 0, 3960, 64, false, true, true, 4, 4, 0, 0, 300, 100, 0, 1, 1},  // tf32_mma_32x128_sk
     {128, 32, 32, false, true, false, tf32_mma_128x32_sk::tf32_mma_128x32_sk_stream_k_split, 132, 3, tf32_h100_family_k_tile_cycles_tf32_mma_128x32_sk, 4358, 5382, 2, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 2, 10000, 20480, 1292, 0, 3960, 64, false, true, true, 4, 4, 0, 0, 300, 100, 0, 1, 1},  // tf32_mma_128x32_sk
+    {1, 4, 1024, false, true, false, nullptr, 132, 4, tf32_h100_family_k_tile_cycles_sgemv_1x4, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2705, 4, 4, 4, 1, 3500, 0, 0, 0, 0, 0, false, true, true, 4, 4, 0, 0, 100, 100, 0, 1, 1},  // sgemv_1x4
+    {4, 1, 1024, false, true, false, nullptr, 132, 4, tf32_h100_family_k_tile_cycles_sgemv_4x1, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2705, 4, 4, 4, 1, 3500, 0, 0, 0, 0, 0, false, true, true, 4, 4, 0, 0, 100, 100, 0, 1, 1},  // sgemv_4x1
     {256, 128, 32, false, true, true, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_any, 18192, 26384, 2, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 2, 10000, 49152, 1693, 0, 3960, 64, false, true, true, 4, 4, 0, 0, 300, 100, 0, 1, 1},  // tf32_h100_any
 };
 
@@ -19437,7 +19873,7 @@ static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long 
     return tf32_h100_family_sum(tf32_h100_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles), pad_cycles);
 }
 
-static const int tf32_h100_family_member_count = 11;
+static const int tf32_h100_family_member_count = 13;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does). cycles.choose_rule.
@@ -19460,9 +19896,9 @@ static int tf32_h100_family_choose(long long M, long long N, long long K, bool a
 
 // Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,
 // or its calls are batched).
-static cudaError_t (*const tf32_h100_family_padded[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld_padded, tf32_h100_128x192::tf32_h100_128x192_launch_ld_padded, tf32_h100_128x64::tf32_h100_128x64_launch_ld_padded, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld_padded, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+static cudaError_t (*const tf32_h100_family_padded[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld_padded, tf32_h100_128x192::tf32_h100_128x192_launch_ld_padded, tf32_h100_128x64::tf32_h100_128x64_launch_ld_padded, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld_padded, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 
-static cudaError_t (*const tf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch, tf32_h100_128x192::tf32_h100_128x192_launch, tf32_h100_128x64::tf32_h100_128x64_launch, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch, sgemm_short_k_nt::sgemm_short_k_nt_launch, sgemm_32x128_nt::sgemm_32x128_nt_launch, sgemm_128x32_nt::sgemm_128x32_nt_launch, tf32_mma_64x64_sk::tf32_mma_64x64_sk_launch, tf32_mma_32x128_sk::tf32_mma_32x128_sk_launch, tf32_mma_128x32_sk::tf32_mma_128x32_sk_launch, tf32_h100_any::tf32_h100_any_launch};
+static cudaError_t (*const tf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch, tf32_h100_128x192::tf32_h100_128x192_launch, tf32_h100_128x64::tf32_h100_128x64_launch, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch, sgemm_short_k_nt::sgemm_short_k_nt_launch, sgemm_32x128_nt::sgemm_32x128_nt_launch, sgemm_128x32_nt::sgemm_128x32_nt_launch, tf32_mma_64x64_sk::tf32_mma_64x64_sk_launch, tf32_mma_32x128_sk::tf32_mma_32x128_sk_launch, tf32_mma_128x32_sk::tf32_mma_128x32_sk_launch, sgemv_1x4::sgemv_1x4_launch, sgemv_4x1::sgemv_4x1_launch, tf32_h100_any::tf32_h100_any_launch};
 extern "C" cudaError_t tf32_h100_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
@@ -19479,7 +19915,7 @@ extern "C" cudaError_t tf32_h100_family_launch(const float* A, const float* B, f
     return status;
 }
 
-static cudaError_t (*const tf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld, tf32_h100_128x192::tf32_h100_128x192_launch_ld, tf32_h100_128x64::tf32_h100_128x64_launch_ld, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld, sgemm_short_k_nt::sgemm_short_k_nt_launch_ld, sgemm_32x128_nt::sgemm_32x128_nt_launch_ld, sgemm_128x32_nt::sgemm_128x32_nt_launch_ld, tf32_mma_64x64_sk::tf32_mma_64x64_sk_launch_ld, tf32_mma_32x128_sk::tf32_mma_32x128_sk_launch_ld, tf32_mma_128x32_sk::tf32_mma_128x32_sk_launch_ld, tf32_h100_any::tf32_h100_any_launch_ld};
+static cudaError_t (*const tf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld, tf32_h100_128x192::tf32_h100_128x192_launch_ld, tf32_h100_128x64::tf32_h100_128x64_launch_ld, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld, sgemm_short_k_nt::sgemm_short_k_nt_launch_ld, sgemm_32x128_nt::sgemm_32x128_nt_launch_ld, sgemm_128x32_nt::sgemm_128x32_nt_launch_ld, tf32_mma_64x64_sk::tf32_mma_64x64_sk_launch_ld, tf32_mma_32x128_sk::tf32_mma_32x128_sk_launch_ld, tf32_mma_128x32_sk::tf32_mma_128x32_sk_launch_ld, sgemv_1x4::sgemv_1x4_launch_ld, sgemv_4x1::sgemv_4x1_launch_ld, tf32_h100_any::tf32_h100_any_launch_ld};
 extern "C" cudaError_t tf32_h100_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.

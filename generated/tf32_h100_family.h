@@ -19,8 +19,8 @@
 // vector accesses (else a call that tf32_h100, tf32_h100_128x192, tf32_h100_128x64,
 // tf32_h100_64x128_sk refuse goes to the member the rule picks among sgemm_short_k_nt,
 // sgemm_32x128_nt, sgemm_128x32_nt, tf32_mma_64x64_sk, tf32_mma_32x128_sk, tf32_mma_128x32_sk,
-// tf32_h100_any, which run a kernel with one-element accesses; the family's launchers take any
-// alignment).
+// sgemv_1x4, sgemv_4x1, tf32_h100_any, which run a kernel with one-element accesses; the family's
+// launchers take any alignment).
 #define tf32_h100_family_A_VECTOR_ELEMENTS 4
 #define tf32_h100_family_B_VECTOR_ELEMENTS 4
 #define tf32_h100_family_C_VECTOR_ELEMENTS 4
@@ -310,6 +310,46 @@ cudaError_t tf32_mma_128x32_sk_launch(const float* A, const float* B, float* C, 
                                       float alpha, float beta, cudaStream_t stream);
 cudaError_t tf32_mma_128x32_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc,
                                          int M, int N, int K, float alpha, float beta, cudaStream_t stream);
+
+// Member sgemv_1x4 (sgemv_1x4.gemm: 1x4x1024 tiles, bounds: checked). Its launchers take the
+// parameters of tf32_h100_family's of the same kind and run it alone, without the rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 4 elements (16 bytes), sgemv_1x4_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemv_1x4_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
+cudaError_t sgemv_1x4_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha,
+                             float beta, cudaStream_t stream);
+cudaError_t sgemv_1x4_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M,
+                                int N, int K, float alpha, float beta, cudaStream_t stream);
+
+// Member sgemv_4x1 (sgemv_4x1.gemm: 4x1x1024 tiles, bounds: checked). Its launchers take the
+// parameters of tf32_h100_family's of the same kind and run it alone, without the rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 4 elements (16 bytes), sgemv_4x1_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemv_4x1_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
+cudaError_t sgemv_4x1_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha,
+                             float beta, cudaStream_t stream);
+cudaError_t sgemv_4x1_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M,
+                                int N, int K, float alpha, float beta, cudaStream_t stream);
 
 // Member tf32_h100_any (tf32_h100_any.gemm: 256x128x32 tiles, bounds: checked). Its launchers take the
 // parameters of tf32_h100_family's of the same kind and run it alone, without the rule.

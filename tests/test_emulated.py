@@ -20,6 +20,7 @@ import host_emulation
 from budget import examples
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.frontend import load_spec
+from gemmdsl.paths import path_of
 from gemmdsl.arrays import ITEM_SIZES, ArrayView
 from gemmdsl.runtime import KernelRequirements, check_call
 from gemmdsl.schedule import call_split, interior_launches
@@ -33,7 +34,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # (a `fuse` section) run in tests/test_emulated_fuse.py, against the chain's float64 reference; the dequantizing
 # path's (quantized weights) in tests/test_emulated_dequant.py, on their packed weights.
 SPECS = [path for path, spec in ((path, load_spec(path)) for path in sorted((ROOT / "specs").glob("*.gemm")))
-         if spec.fuse is None and not spec.problem.weights and host_emulation.emulates(spec)]
+         if spec.fuse is None and not spec.problem.weights and host_emulation.emulates(spec)
+         and path_of(spec).name != "gemv"]
+# The GEMV specs' tiles are a few rows by a few: the tile specs' calls (133x261x37, ...) make thousands of blocks of
+# 256 emulated threads each, so they have calls of their own (gemv_calls).
+GEMV_SPECS = [path for path in sorted((ROOT / "specs").glob("*.gemm")) if path_of(load_spec(path)).name == "gemv"]
 BASE = 0x7F0000000000  # allocations are 16-byte aligned; offsets in a Call shift from there
 OPERAND_SPACING = 1 << 40  # A, B and C far apart: separate allocations never overlap
 pytestmark = pytest.mark.skipif(host_emulation.find_cxx() is None, reason="g++ not on PATH")
@@ -195,11 +200,34 @@ def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
         assert ran == {0, 1} | narrow_entries(req), "the vector, every narrow and the scalar kernel ran"
     if req.launch.entries.stream_k_scalar is not None:
         assert any(call.sk_tiles and entry_index(req, call) == 1 for call in calls), "a scalar call was split"
-    if req.multiples == (1, 1, 1):
+    if req.multiples == (1, 1, 1) and req.launch.entries.interior is not None:
         launched = [as_launched(req, call).sub_launches for call in calls]
         kernels = [[(interior, partial_k) for interior, *_, partial_k in launches] for launches in launched]
         for partial_k in (False, True):  # each interior kernel with both strips
             assert [(True, partial_k), (False, False), (False, False)] in kernels
+
+
+def gemv_calls(req: KernelRequirements) -> list[Call]:
+    """A GEMV spec's calls: one row or column and a few, against a few rows with K below a chunk, odd (every row of
+    the packed operands off 16 bytes: the windowed kernel, its last elements one at a time) and past two steps;
+    each packed, with leading dimensions of whole 16-byte chunks (the aligned kernel), and with B shifted by an
+    element (the windowed kernel, its rows' first window reaching before the row)."""
+    vector = 16 // ITEM_SIZES[req.dtypes["A"]]
+    calls = []
+    for m, n, k in ((1, 9, 5), (1, 7, 301), (3, 5, 1003), (9, 2, 4100), (2, 3, 8200)):
+        chunks = -(-k // vector) * vector + vector
+        aligned = {"lda": chunks, "ldb": chunks, "ldc": natural(req, m, n, k)["ldc"]}
+        calls += [Call(m, n, k, **natural(req, m, n, k)), Call(m, n, k, **aligned, **scalars(req)),
+                  Call(m, n, k, **aligned, **scalars(req), offset_b=1)]
+    return calls
+
+
+@pytest.mark.parametrize("spec", GEMV_SPECS, ids=lambda path: path.stem)
+def test_gemv_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
+    binary, req = runners(spec.stem)
+    calls = gemv_calls(req)
+    assert run_all(binary, req, calls) == []
+    assert {entry_index(req, call) for call in calls} == {0, 1}, "the aligned and the windowed kernel ran"
 
 
 def empty_calls(req: KernelRequirements) -> list[Call]:
@@ -253,13 +281,13 @@ def test_batched_stream_k_splits_each_gemm(tmp_path):
 
 def as_launched(req: KernelRequirements, call: Call) -> Call:
     """The call on the kernel check_call picks for it, and for checked bounds on the vector kernel
-    without stream-K, split into the interior kernel and the edge strips as the launcher splits it where
+    without stream-K (of a spec with an interior kernel: not the GEMV path's), split into the interior kernel and the edge strips as the launcher splits it where
     the split pays (on a GPU that holds few blocks at once: these calls are small, and the point is to
     run every kernel)."""
     call = replace(call, entry=entry_index(req, call))
     if call.entry == host_emulation.SCALE_C_ENTRY:
         return replace(call, sk_tiles=0, sk_blocks=req.launch.scale_c_grid(call.m, call.n, call.batch)[0])
-    if req.multiples != (1, 1, 1) or call.entry != 0 or call.sk_tiles:
+    if req.multiples != (1, 1, 1) or call.entry != 0 or call.sk_tiles or req.launch.entries.interior is None:
         return call
     launches = interior_launches(req.block_tile, call.m, call.n, call.k)
     return replace(call, sub_launches=tuple((s.interior, s.row, s.col, s.m, s.n, s.partial_k) for s in launches))

@@ -178,8 +178,10 @@ def test_the_nt_families_split_few_rows_or_columns_over_every_sm(family):
     member's 21.5; docs/performance.md, "mma.sync stream-K members")."""
     compiled = compile_family_path(ROOT / "specs" / f"{family}.gemmf")
     names = [model.name for model in compiled.models]
-    # 3xTF32's rule gives three of these to its 8-row member, which ran 8-11% behind the 32-row one there
-    split_rows = {"sgemm_32x128_nt", "sgemm_decode_8x256_nt", "tf32_mma_32x128_sk", "tf32_mma_64x64_sk"}
+    # 3xTF32's rule gives three of these to its 8-row member, which ran 8-11% behind the 32-row one there; 8x8x4096
+    # goes to the GEMV member, which ran it in 7.6 us against the split members' 10.5-10.8 (TF32, docs/performance.md,
+    # "One row against a weight")
+    split_rows = {"sgemm_32x128_nt", "sgemm_decode_8x256_nt", "tf32_mma_32x128_sk", "tf32_mma_64x64_sk", "sgemv_1x4"}
     for shape in ((12, 121, 16235), (8, 8, 4096), (8, 512, 3584), (3, 843, 3189), (15, 59, 14801)):
         assert names[choose(compiled.models, *shape)] in split_rows, shape
     for shape in ((873, 8, 1819), (512, 8, 4096)):
@@ -196,7 +198,12 @@ def test_the_f32_families_run_the_decode_member_at_a_few_rows_where_the_h200_ran
     above, and at 4096^3, other members run."""
     compiled = compile_family_path(ROOT / "specs" / f"{family}.gemmf")
     names = [model.name for model in compiled.models]
-    for shape in ((1, 4096, 14336), (1, 28672, 8192), (8, 4096, 4096), (7, 19512, 9627), (1, 3584, 3584)):
+    # one row: the 3xTF32 family's GEMV member, which streamed 1x28672x8192 in 211.9 us against SGEMM's 225.3
+    # (docs/performance.md, "One row against a weight"); the FP32 family has none (its B is row-major)
+    one_row = "sgemv_1x4" if any(name == "sgemv_1x4" for name in names) else member
+    for shape in ((1, 4096, 14336), (1, 28672, 8192), (1, 3584, 3584)):
+        assert names[choose(compiled.models, *shape)] == one_row, shape
+    for shape in ((8, 4096, 4096), (7, 19512, 9627)):
         assert names[choose(compiled.models, *shape)] == member, shape
     for shape in ((16, 4096, 4096), (4096, 4096, 4096), (64, 8192, 8192)):
         assert names[choose(compiled.models, *shape)] != member, shape
@@ -564,8 +571,10 @@ def test_a_tma_family_runs_its_fast_member_on_padded_copies_where_tma_refuses_th
     with pytest.raises(ValueError, match="inner dimensions disagree"):  # not alignment: no copies, no fallback
         loaded.bind(FakeArray(m, k), FakeArray(k + 1, n))
     monkeypatch.setattr(TmaKernel, "copies", False)  # a library the runtime cannot allocate in: the fallback
-    assert loaded.bind(FakeArray(m, k, aligned=False), FakeArray(k, n)) == (chosen if reads_any
-                                                                          else "hgemm_h100_bf16c_any")
+    # the rule's pick among the members that read any alignment (the `fallback`, or a GEMV member at a few rows)
+    refused = family.models[choose(family.models, m, n, k, aligned=False)].name
+    assert refused in ("hgemm_h100_bf16c_any", "hgemv_bf16c_1x4", "hgemv_bf16c_4x1")
+    assert loaded.bind(FakeArray(m, k, aligned=False), FakeArray(k, n)) == (chosen if reads_any else refused)
 
 
 def test_a_fallback_member_must_take_any_alignment_and_a_family_needs_a_checked_use(tmp_path):
@@ -953,10 +962,14 @@ def test_the_wgmma_families_pick_the_intended_member_at_the_awkward_and_decode_s
     # (docs/performance.md, "Short K")
     # (the families with mma.sync stream-K members run 33^3 on the 64x64 one: 6.1 us for BF16 against the short-K
     # member's 8.4, 7.1 for TF32 against 7.8; docs/performance.md, "mma.sync stream-K members")
+    # (33^3 goes to the GEMV member, one row of A against 4 rows of B a block: 5.6 us for BF16 (f32 C) against the
+    # mma.sync 64x64 member's 6.1 and cuBLAS's 8.2, 5.4 for TF32 against 6.8; docs/performance.md, "One row against a
+    # weight")
     small = next((model.name for model in family.models if "mma_64x64_sk" in model.name), None)
-    at_33 = small or next(model.name for model in family.models if "short_k" in model.name)
+    at_33 = next(model.name for model in family.models if "gemv" in model.name and model.name.endswith("_1x4"))
     intended = INTENDED_AWKWARD | {(33, 33, 33): at_33}
-    assert {shape: picked_suffix(family, shape) for shape in AWKWARD_SHAPES} == intended
+    assert {shape: (family.models[choose(family.models, *shape)].name if shape == (33, 33, 33)
+                    else picked_suffix(family, shape)) for shape in AWKWARD_SHAPES} == intended
     for m, n, k in DECODE_SHAPES:
         assert picked_suffix(family, (m, n, k)) == (STREAM_K if m <= 64 else INTENDED_AT_M_128[n, k]), (m, n, k)
     # one tile of 1,563 k-tiles: the mma.sync stream-K member spreads it over every slot with atomic adds where the

@@ -16,10 +16,13 @@ from gemmdsl.compiler import compile_path
 from gemmdsl.emit.ldmatrix import addresses_ldmatrix
 from gemmdsl.layout import KK, KernelLayout, TileLayout
 from gemmdsl.mma_layout import MmaLayout
+from gemmdsl.paths import path_of
+from gemmdsl.frontend import load_spec
 
-# The lane-level shared-memory model covers the FMA and mma.sync paths; wgmma reads shared memory itself.
+# The lane-level shared-memory model covers the FMA and mma.sync paths; wgmma reads shared memory itself, and the
+# GEMV and dequantizing paths stage none of their operands there.
 SPECS = [path for path in sorted((Path(__file__).resolve().parent.parent / "specs").glob("*.gemm"))
-         if "target   sm_90a;" not in path.read_text()]
+         if path_of(load_spec(path)).name in ("fma", "mma_sync")]
 OPERANDS = (ir.Operand.A, ir.Operand.B)
 # Each instruction names its width: sts/lds bits, cp.async bytes, ldmatrix 16-byte rows, a 32-bit
 # word load; a direct copy (`a_dst[...] = `) stores one element.

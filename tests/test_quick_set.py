@@ -14,7 +14,7 @@ from gemmdsl.frontend import load_spec
 from gemmdsl.paths import path_of
 
 ROOT = Path(__file__).resolve().parent.parent
-PATH_NAMES = {"fma": "fma", "mma_sync": "mma.sync", "wgmma": "wgmma", "wgmma_fp8": "wgmma", "dequant": "dequant"}
+PATH_NAMES = {"fma": "fma", "mma_sync": "mma.sync", "wgmma": "wgmma", "wgmma_fp8": "wgmma", "dequant": "dequant", "gemv": "gemv"}
 
 
 def test_the_instruction_path_read_from_the_text_is_the_compilers():

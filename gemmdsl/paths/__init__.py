@@ -60,6 +60,7 @@ REGISTERED = (
     "gemmdsl.paths.wgmma_fp8.path",
     "gemmdsl.paths.wgmma.path",
     "gemmdsl.paths.mma_sync.path",
+    "gemmdsl.paths.gemv.path",
     "gemmdsl.paths.fma.path",
 )
 

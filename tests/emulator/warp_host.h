@@ -1,6 +1,7 @@
-// What the dequantizing path's kernels (gemmdsl/paths/dequant: decode, dequantize into memory) use beyond the
-// FMA paths' subset: 16-bit floats and their pair arithmetic, the streaming 128-bit load, split-K's atomics and
-// fences, __syncwarp, and the warp-collective mma.sync m16n8k16 and ldmatrix. Included by cuda_host.h.
+// What the dequantizing path's kernels (gemmdsl/paths/dequant: decode, dequantize into memory) and the GEMV path's
+// (gemmdsl/paths/gemv) use beyond the FMA paths' subset: 16-bit floats and their pair arithmetic, the streaming
+// 128-bit load, split-K's atomics and fences, __syncwarp, the funnel shift, and the warp collectives mma.sync
+// m16n8k16, ldmatrix and shfl.sync.bfly. Included by cuda_host.h.
 //
 // 16-bit floats are their bits; each operation is done in float and rounded back to nearest even, as the
 // hardware rounds a pair add, subtract or multiply whose float result is exact, which is every one the
@@ -128,6 +129,28 @@ inline int my_lane() { return static_cast<int>(threadIdx.x % 32); }
 
 // The warp's lanes meet (all 32 of them: the kernels call it where no lane has left).
 inline void __syncwarp(unsigned = 0xFFFFFFFFu) { my_warp().lanes.arrive_and_wait(); }
+
+// A pair of f16's halves as float (the GEMV path widens f16 chunks so).
+inline float __low2float(__half2 v) { return f16_value(v.x.bits); }
+inline float __high2float(__half2 v) { return f16_value(v.y.bits); }
+
+// shfl.sync.bfly of a float: lane l receives lane (l ^ lanes)'s value (all 32 lanes take part, as in the GEMV
+// path's reduction).
+inline float __shfl_xor_sync(unsigned, float value, int lanes) {
+    WarpExchange& warp = my_warp();
+    const int lane = my_lane();
+    std::memcpy(warp.registers[lane], &value, 4);
+    warp.lanes.arrive_and_wait();
+    float out;
+    std::memcpy(&out, warp.registers[lane ^ lanes], 4);
+    warp.lanes.arrive_and_wait();
+    return out;
+}
+
+// shf.r.wrap: the low 32 bits of the 64-bit hi:lo shifted right by shift % 32.
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
+    return static_cast<unsigned>(((static_cast<uint64_t>(hi) << 32) | lo) >> (shift & 31));
+}
 
 // ldmatrix .m8n8 .b16 of `count` matrices: lanes 8i..8i+7 give matrix i's row addresses (16-byte aligned rows
 // of 8 elements in shared memory); lane l receives, of each matrix, row l / 4's elements 2 (l % 4) and + 1.

@@ -1,0 +1,123 @@
+"""The GEMV path from a spec: the shipped specs compile through it (two kernels, the tile launchers, metadata), its
+refusals are positioned with hints, its configuration splits the warps as config.py says, the launchers pick the
+windowed kernel for misaligned rows, and the families that list its members route a call with one row (or one
+column) to them and calls with many rows elsewhere."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gemmdsl import compiler, ir
+from gemmdsl.cycles import choose, estimate
+from gemmdsl.family import compile_family_path
+from gemmdsl.paths.gemv.config import gemv_config
+from gemmdsl.source import CompileError, SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ("hgemv_1x4", "hgemv_4x1", "hgemv_bf16c_1x4", "hgemv_bf16c_4x1", "hgemv_f16_1x4", "hgemv_f16_4x1",
+         "sgemv_1x4", "sgemv_4x1")
+FAMILIES = {"hgemm_h100_family": "hgemv", "hgemm_h100_bf16c_family": "hgemv_bf16c",
+            "hgemm_h100_f16_family": "hgemv_f16", "tf32_h100_family": "sgemv", "sgemm_3xtf32_h100_family": "sgemv"}
+
+
+def spec_text(name: str = "hgemv_1x4") -> str:
+    return (ROOT / "specs" / f"{name}.gemm").read_text()
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_each_spec_compiles_on_the_gemv_path(name):
+    artifacts = compiler.compile_path(ROOT / "specs" / f"{name}.gemm")
+    assert artifacts.plan.path.name == "gemv"
+    entries = artifacts.metadata["launch"]["entries"]
+    assert entries["vector"] == f"{name}_kernel" and entries["scalar"] == f"{name}_kernel_scalar"
+    assert f"{name}_gemv<false>(" in artifacts.cuda and f"{name}_gemv<true>(" in artifacts.cuda
+    assert f'extern "C" cudaError_t {name}_launch_ld(' in artifacts.cuda
+    config = gemv_config(artifacts.spec)
+    streamed = ir.Operand.B if name.endswith("1x4") else ir.Operand.A
+    assert config.streamed is streamed and config.small_rows == 1 and config.rows == 4
+    assert artifacts.metadata["gemv"]["streamed"] == streamed.value
+    # 16 bytes of A and B a load in the aligned kernel: the launcher's alignment test.
+    vector = artifacts.metadata["launch"]["requirements"]["vector_elements"]
+    assert vector == {"a": config.vector, "b": config.vector, "c": 1}
+
+
+def test_the_warps_split_into_k_warps_and_row_warps():
+    """1x4x2048 on 8 warps of bf16, two chunks a step: a warp covers 32 x 8 x 2 = 512 of K, so 4 K-warps and 2
+    row-warps of 2 rows each; f32 halves the elements of a chunk."""
+    config = gemv_config(compiler.compile_path(ROOT / "specs" / "hgemv_1x4.gemm").spec)
+    assert (config.vector, config.warp_k, config.k_warps, config.row_warps, config.warp_rows) == (8, 512, 4, 2, 2)
+    f32 = gemv_config(compiler.compile_path(ROOT / "specs" / "sgemv_1x4.gemm").spec)
+    assert (f32.vector, f32.warp_k, f32.k_warps, f32.row_warps) == (4, 256, 4, 2)
+
+
+REFUSALS = [
+    ("tile: 1x4x2048;", "tile: 4x4x2048;", "both 4", "4x4x2048"),
+    ("tile: 1x4x2048;", "tile: 32x64x2048;", "at most 16", "32x64x2048"),
+    ("tile: 1x4x2048;", "tile: 1x4x1000;", "multiple of a warp's step", "1x4x1000"),
+    ("tile: 1x4x2048;", "tile: 1x3x2048;", "do not split over 2 row-warps", "1x3x2048"),
+    ("warps: 1x8;", "warps: 2x4;", "none across the small one", "2x4"),
+    ("b: bf16 col;", "b: bf16 row;", "B must be column-major", "bf16 row"),
+    ("a: bf16 row;", "a: bf16 col;", "A must be row-major", "bf16 col"),
+    ("b: bf16 col;", "b: f16 col;", "of one type", "f16 col"),
+    ("stages: 2; ", "stages: 2; copy: cp_async; ", "`copy` does not apply", "cp_async"),
+    ("shape: gemv;", "shape: gemv; repeat: 1x2;", "`repeat` does not apply", "1x2"),
+    ("target   sm_90;", "target   sm_90;\n    smem a { pad: 8; }", "does not take `smem a`", "smem a"),
+    ("bounds: checked; }", "bounds: checked; batch: grouped; }", "batch: grouped", "grouped"),
+]
+
+
+@pytest.mark.parametrize("old, new, message, at", REFUSALS)
+def test_refusals_are_positioned_with_a_hint(old, new, message, at):
+    text = spec_text()
+    assert old in text
+    changed = text.replace(old, new, 1)
+    with pytest.raises(CompileError) as info:
+        compiler.compile_source(SourceFile("g.gemm", changed))
+    (error,) = [d for d in info.value.diagnostics if message in d.message]
+    line = changed.split("\n")[error.span.line - 1]
+    assert at in line[error.span.column - 1:] and error.hint
+
+
+def test_a_register_hungry_tile_is_warned_at_its_stages():
+    """16 small rows against 64 streamed rows a warp (1 row-warp) keep 16 x 64 sums a thread: far past the cap."""
+    hungry = spec_text().replace("tile: 1x4x2048;", "tile: 16x64x4096;")
+    warnings = compiler.compile_source(SourceFile("g.gemm", hungry)).warnings
+    assert any("registers" in w.message and "stages" in hungry.split("\n")[w.span.line - 1] for w in warnings)
+    assert not compiler.compile_source(SourceFile("g.gemm", spec_text())).warnings
+
+
+def test_the_launcher_runs_the_windowed_kernel_for_misaligned_rows():
+    """The shared kernel-choice rule with the path's requirements: 16-byte aligned rows of A and B run the aligned
+    kernel, a K that puts rows off 16 bytes (or a pointer off them) the windowed one."""
+    launch = compiler.compile_path(ROOT / "specs" / "hgemv_1x4.gemm").plan.launch
+    rule = launch.kernel_choice_rule({"a": 2, "b": 2, "c": 4})
+    aligned = {"A": 0, "B": 4096, "C": 0, "lda": 4096, "ldb": 4096, "ldc": 4096}
+    assert rule.evaluate(aligned)["kernel"] == launch.entries.vector
+    for change in ({"lda": 4097, "ldb": 4097}, {"B": 4098}, {"ldb": 4100}):
+        assert rule.evaluate({**aligned, **change})["kernel"] == launch.entries.scalar
+
+
+@pytest.mark.parametrize("family, prefix", FAMILIES.items())
+def test_families_route_one_row_or_column_to_their_gemv_members(family, prefix):
+    """At M = 1 against a 4096 x 4096 weight the 1x4 member runs, at N = 1 against such an A the 4x1 member; a square
+    call and one of 64 rows stay on the tile members, which read the weight once where the GEMV members would read
+    it once a row."""
+    models = compile_family_path(ROOT / "specs" / f"{family}.gemmf").models
+    names = [model.name for model in models]
+    assert names[choose(models, 1, 4096, 4096)] == f"{prefix}_1x4"
+    assert names[choose(models, 4096, 1, 4096)] == f"{prefix}_4x1"
+    for shape in ((4096, 4096, 4096), (64, 8192, 8192)):
+        assert not names[choose(models, *shape)].startswith(prefix)
+
+
+@settings(max_examples=150, deadline=None)
+@given(m=st.integers(1, 64), n=st.integers(1, 1 << 15), k=st.integers(1, 1 << 15))
+def test_a_gemv_members_cycles_grow_with_the_rows_it_re_reads(m, n, k):
+    """With one small row a block, M rows read the weight M times: the 1x4 member's predicted cycles never fall as
+    M grows, and at M rows are at least its memory floor at one row."""
+    (model,) = [x for x in compile_family_path(ROOT / "specs" / "hgemm_h100_family.gemmf").models
+                if x.name == "hgemv_1x4"]
+    one = estimate(model, 1, n, k)
+    assert estimate(model, m, n, k).cycles >= estimate(model, max(1, m - 1), n, k).cycles >= one.memory_cycles
