@@ -230,6 +230,35 @@ def test_gemv_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
     assert {entry_index(req, call) for call in calls} == {0, 1}, "the aligned and the windowed kernel ran"
 
 
+# What the shipped GEMV specs leave out, each a variant of one: a strided batch, C column-major, the store epilogue
+# and a 4-row tile on both sides (a block's sums of 4 small rows by 2 streamed rows a warp).
+GEMV_VARIANTS = {
+    "batched": ("hgemv_1x4", "bounds: checked; }", "bounds: checked; batch: strided; }"),
+    "c_col": ("hgemv_4x1", "c: f32 row;", "c: f32 col;"),
+    "store": ("sgemv_1x4", "epilogue: alpha_beta;", "epilogue: store;"),
+    "four_rows": ("hgemv_f16_1x4", "tile: 1x4x2048;", "tile: 4x8x2048;"),
+    "four_columns": ("hgemv_bf16c_4x1", "tile: 4x1x2048;", "tile: 8x4x2048;"),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(GEMV_VARIANTS))
+def test_gemv_variants_compute_the_product(variant, tmp_path):
+    stem, old, new = GEMV_VARIANTS[variant]
+    text = (ROOT / "specs" / f"{stem}.gemm").read_text()
+    assert old in text
+    artifacts = compile_text(text.replace(old, new, 1), f"{stem}.gemm")
+    binary = host_emulation.build(artifacts.cuda, artifacts.metadata, tmp_path)
+    req = KernelRequirements.from_metadata(artifacts.metadata)
+    calls = gemv_calls(req)
+    if req.batched:  # three GEMMs, A's matrices 4 elements apart past their footprint (the windowed kernel), B shared
+        m, n, k = 3, 5, 1003
+        lds = natural(req, m, n, k, pad=4)
+        strides = {"stride_a": -(-footprint(req, "A", m, k, lds["lda"]) // 8) * 8 + 4, "stride_b": 0,
+                   "stride_c": -(-footprint(req, "C", m, n, lds["ldc"]) // 4) * 4}
+        calls.append(Call(m, n, k, **lds, batch=3, **strides, **scalars(req)))
+    assert run_all(binary, req, calls) == []
+
+
 def empty_calls(req: KernelRequirements) -> list[Call]:
     """The launchers' empty problems, off the tile's multiples: K = 0 (C = beta * C, padded and shifted C,
     beta 0 and not, a batch), M = 0 and N = 0 (nothing runs, nothing is written)."""
