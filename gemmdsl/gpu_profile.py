@@ -91,6 +91,9 @@ class GpuProfile:
     # before the next; and the round trip of the memory floor's Little's law over the bytes its blocks keep in flight
     gemv_step_cycles: int
     gemv_round_trip_cycles: int
+    # The share of HBM's datasheet rate, in percent, that the wgmma members' TMA k-tiles stream at: rows of 128 bytes
+    # a k-tile, whatever the element type (the memory floor's rate for them)
+    tma_hbm_percent: int
     source: str
 
     def _per_clock(self, tbps: float) -> float:
@@ -142,7 +145,8 @@ FITTED = ("ring_round_trip_cycles", "split_wait_cycles_per_k_tile", "stream_k_fi
           "cp_async_l2_percent", "decode_step_cycles_4bit_8rows", "decode_step_cycles_4bit_16rows",
           "decode_step_cycles_4bit_32rows", "decode_step_cycles_8bit_8rows", "decode_step_cycles_8bit_16rows",
           "decode_step_cycles_8bit_32rows", "c_store_bytes_per_clock", "row_store_bytes_per_clock",
-          "direct_store_bytes_per_clock", "single_stage_wait_cycles", "gemv_step_cycles", "gemv_round_trip_cycles")
+          "direct_store_bytes_per_clock", "single_stage_wait_cycles", "gemv_step_cycles", "gemv_round_trip_cycles",
+          "tma_hbm_percent")
 
 
 @cache

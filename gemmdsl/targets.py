@@ -227,6 +227,10 @@ CP_ASYNC_L2_PERCENT: dict[int, int] = {90: HOPPER.cp_async_l2_percent}
 # flight runs at the round trip below. Fitted on the family study's calls with a few rows or columns
 # (docs/calibration.md).
 GEMV_STEP_CYCLES: dict[int, int] = {90: HOPPER.gemv_step_cycles}
+# The share of HBM's rate, in percent, that the wgmma members' memory floor counts: their TMA k-tiles read 128 bytes
+# of each row a k-tile, which scripts/hbm_runs.cu streamed at 77-83% of the datasheet rate (docs/performance.md,
+# "HBM's rate by the length of a k-tile's rows"; docs/calibration.md).
+TMA_HBM_PERCENT: dict[int, int] = {90: HOPPER.tma_hbm_percent}
 GEMV_ROUND_TRIP_CYCLES: dict[int, int] = {90: HOPPER.gemv_round_trip_cycles}
 # The dequantizing decode kernel's SM cycles per warp k-step (16 rows of W by 16 of K, with 2 blocks of 8 warps
 # resident), by (the weights' bits: 4, or 8 for int8 and e4m3; the rows of A a block takes: 8, 16, 32): fitted on

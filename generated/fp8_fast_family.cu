@@ -2679,10 +2679,10 @@ static const long long fp8_fast_family_k_tile_cycles_fp8_fast_128x192[] = {1024}
 static const long long fp8_fast_family_k_tile_cycles_fp8_fast_128x64[] = {615};
 static const long long fp8_fast_family_k_tile_cycles_fp8_fast_64x128_sk[] = {615};
 static const fp8_fast_family_member fp8_fast_family_members[4] = {
-    {128, 256, 128, false, false, false, nullptr, 132, 1, fp8_fast_family_k_tile_cycles_fp8_h100_fast, 1639, 1639, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 49152, 1025, 0, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_h100_fast
-    {128, 192, 128, false, false, false, nullptr, 132, 1, fp8_fast_family_k_tile_cycles_fp8_fast_128x192, 1229, 1229, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_fast_128x192
-    {128, 64, 128, false, false, false, nullptr, 132, 1, fp8_fast_family_k_tile_cycles_fp8_fast_128x64, 410, 410, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_fast_128x64
-    {64, 128, 128, false, false, false, fp8_fast_64x128_sk::fp8_fast_64x128_sk_stream_k_split, 132, 1, fp8_fast_family_k_tile_cycles_fp8_fast_64x128_sk, 410, 410, 8, true, 396, 1639, 2048, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_fast_64x128_sk
+    {128, 256, 128, false, false, false, nullptr, 132, 1, fp8_fast_family_k_tile_cycles_fp8_h100_fast, 1639, 1639, 8, true, 792, 0, 0, 6549, 0, 2434, 1, 1, 2, 3, 5500, 49152, 1025, 0, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_h100_fast
+    {128, 192, 128, false, false, false, nullptr, 132, 1, fp8_fast_family_k_tile_cycles_fp8_fast_128x192, 1229, 1229, 8, true, 792, 0, 0, 6549, 0, 2434, 1, 1, 2, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_fast_128x192
+    {128, 64, 128, false, false, false, nullptr, 132, 1, fp8_fast_family_k_tile_cycles_fp8_fast_128x64, 410, 410, 8, true, 792, 0, 0, 6549, 0, 2434, 1, 1, 2, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_fast_128x64
+    {64, 128, 128, false, false, false, fp8_fast_64x128_sk::fp8_fast_64x128_sk_stream_k_split, 132, 1, fp8_fast_family_k_tile_cycles_fp8_fast_64x128_sk, 410, 410, 8, true, 396, 1639, 2048, 6549, 0, 2434, 1, 1, 2, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_fast_64x128_sk
 };
 
 static const long long fp8_fast_family_CYCLE_CAP = 2305843009213693952LL;

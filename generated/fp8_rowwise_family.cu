@@ -2769,10 +2769,10 @@ static const long long fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x192[] = 
 static const long long fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x64[] = {869};
 static const long long fp8_rowwise_family_k_tile_cycles_fp8_rowwise_64x128_sk[] = {1059};
 static const fp8_rowwise_family_member fp8_rowwise_family_members[4] = {
-    {128, 256, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise, 1639, 1639, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 49152, 1025, 636, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise
-    {128, 192, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x192, 1229, 1229, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 40960, 1000, 382, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise_128x192
-    {128, 64, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x64, 410, 410, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 254, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise_128x64
-    {64, 128, 128, false, false, false, fp8_rowwise_64x128_sk::fp8_rowwise_64x128_sk_stream_k_split, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_64x128_sk, 410, 410, 8, true, 396, 1639, 2048, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 444, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise_64x128_sk
+    {128, 256, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise, 1639, 1639, 8, true, 792, 0, 0, 6549, 0, 2434, 1, 1, 2, 3, 5500, 49152, 1025, 636, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise
+    {128, 192, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x192, 1229, 1229, 8, true, 792, 0, 0, 6549, 0, 2434, 1, 1, 2, 3, 5500, 40960, 1000, 382, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise_128x192
+    {128, 64, 128, false, false, false, nullptr, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_128x64, 410, 410, 8, true, 792, 0, 0, 6549, 0, 2434, 1, 1, 2, 7, 5500, 24576, 429, 254, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise_128x64
+    {64, 128, 128, false, false, false, fp8_rowwise_64x128_sk::fp8_rowwise_64x128_sk_stream_k_split, 132, 1, fp8_rowwise_family_k_tile_cycles_fp8_rowwise_64x128_sk, 410, 410, 8, true, 396, 1639, 2048, 6549, 0, 2434, 1, 1, 2, 7, 5500, 24576, 429, 444, 5280, 64, true, true, true, 16, 16, 14160, 1808, 100, 100, 0, 1, 1},  // fp8_rowwise_64x128_sk
 };
 
 static const long long fp8_rowwise_family_CYCLE_CAP = 2305843009213693952LL;

@@ -1568,9 +1568,9 @@ static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100[] = {
 static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192[] = {1024};
 static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64[] = {615};
 static const hgemm_h100_measured_family_member hgemm_h100_measured_family_members[3] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100, 6554, 6554, 4, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 4, 3, 5500, 49152, 1025, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100
-    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192, 4916, 4916, 4, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 4, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100_128x192
-    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64, 1639, 1639, 4, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100_128x64
+    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100, 6554, 6554, 4, true, 792, 0, 0, 6549, 0, 2434, 2, 2, 4, 3, 5500, 49152, 1025, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100
+    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192, 4916, 4916, 4, true, 792, 0, 0, 6549, 0, 2434, 2, 2, 4, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100_128x192
+    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64, 1639, 1639, 4, true, 792, 0, 0, 6549, 0, 2434, 2, 2, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100_128x64
 };
 
 static const long long hgemm_h100_measured_family_CYCLE_CAP = 2305843009213693952LL;

@@ -1284,8 +1284,8 @@ struct linear_gelu_family_member {
 static const long long linear_gelu_family_k_tile_cycles_linear_gelu[] = {1229};
 static const long long linear_gelu_family_k_tile_cycles_linear_gelu_128x128[] = {820};
 static const linear_gelu_family_member linear_gelu_family_members[2] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu, 1639, 1639, 8, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 5500, 49152, 1025, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // linear_gelu
-    {128, 128, 64, false, false, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu_128x128, 820, 820, 8, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 2, 5, 5500, 32768, 600, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // linear_gelu_128x128
+    {128, 256, 64, false, false, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu, 1639, 1639, 8, true, 792, 0, 0, 6549, 0, 2434, 2, 2, 2, 3, 5500, 49152, 1025, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // linear_gelu
+    {128, 128, 64, false, false, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu_128x128, 820, 820, 8, true, 792, 0, 0, 6549, 0, 2434, 2, 2, 2, 5, 5500, 32768, 600, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // linear_gelu_128x128
 };
 
 static const long long linear_gelu_family_CYCLE_CAP = 2305843009213693952LL;

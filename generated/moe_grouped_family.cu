@@ -1078,8 +1078,8 @@ struct moe_grouped_family_member {
 static const long long moe_grouped_family_k_tile_cycles_moe_grouped[] = {1229};
 static const long long moe_grouped_family_k_tile_cycles_moe_grouped_128x128[] = {820};
 static const moe_grouped_family_member moe_grouped_family_members[2] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped, 1639, 1639, 8, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 5500, 49152, 1025, 0, 5280, 64, false, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // moe_grouped
-    {128, 128, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped_128x128, 820, 820, 8, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 2, 5, 5500, 32768, 600, 0, 5280, 64, false, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // moe_grouped_128x128
+    {128, 256, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped, 1639, 1639, 8, true, 792, 0, 0, 6549, 0, 2434, 2, 2, 2, 3, 5500, 49152, 1025, 0, 5280, 64, false, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // moe_grouped
+    {128, 128, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped_128x128, 820, 820, 8, true, 792, 0, 0, 6549, 0, 2434, 2, 2, 2, 5, 5500, 32768, 600, 0, 5280, 64, false, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // moe_grouped_128x128
 };
 
 static const long long moe_grouped_family_CYCLE_CAP = 2305843009213693952LL;

@@ -85,7 +85,7 @@ def test_the_cli_refuses_a_bad_gemmdsl_gpu_without_a_traceback():
 
 def test_gemmdsl_gpu_chooses_the_profile_a_family_is_priced_with():
     """The same decode call on the H100's profile and the H200's: the memory floor, which sets it, moves with HBM."""
-    args = ("check", "specs/hgemm_h100_bf16c_family.gemmf", "--problem", "1x8192x8192", "--no-ptxas", "--json")
+    args = ("check", "specs/hgemm_h100_bf16c_family.gemmf", "--problem", "16x8192x8192", "--no-ptxas", "--json")
     h100 = json.loads(run_cli(*args, env={"GEMMDSL_GPU": "h100_sxm"}).stdout)["predicted_time"]
     h200 = json.loads(run_cli(*args).stdout)["predicted_time"]
     assert (h100["gpu"], h100["clock_mhz"], h200["gpu"], h200["clock_mhz"]) == ("H100 80GB HBM3", 1755, "H200", 1770)

@@ -10,6 +10,7 @@ from ... import ir
 from ...cycles import MemberModel, alignment_fields, memory_fields
 from .pad import pads_operands
 from ...targets import (CALL_CYCLES, DIRECT_STORE_BYTES_PER_CLOCK, HBM_ROUND_TRIP_CYCLES, ISSUE_PER_CLOCK,
+                        TMA_HBM_PERCENT,
                         PAD_BYTES_PER_CLOCK, PAD_CALL_CYCLES, L2_BLOCK_BYTES_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM,
                         RING_ROUND_TRIP_CYCLES,
                         ROW_STORE_BYTES_PER_CLOCK,
@@ -40,8 +41,11 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int, unit: str) -> MemberModel:
 
     spec = layout.spec
     sm = spec.target.sm
+    memory = memory_fields(spec)
+    # TMA's k-tiles read 128 bytes of each row: HBM serves such runs at a share of its rate
+    memory["hbm_bytes_per_clock"] = memory["hbm_bytes_per_clock"] * TMA_HBM_PERCENT.get(sm, 100) // 100
     common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
-                  stream_k=spec.block.stream_k, aligned_split=spec.block.stream_k, sms=sms, **memory_fields(spec),
+                  stream_k=spec.block.stream_k, aligned_split=spec.block.stream_k, sms=sms, **memory,
                   in_flight_k_tiles=max(layout.stages - 1, 1), round_trip_cycles=HBM_ROUND_TRIP_CYCLES[sm])
     macs_per_clock = WGMMA_MACS_PER_CLOCK[sm][unit.removeprefix("3x")]  # 3xTF32: three TF32 products
     l2 = L2_BYTES_PER_CLOCK_PER_SM[sm]
