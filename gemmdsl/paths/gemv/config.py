@@ -166,6 +166,5 @@ class GemvLayout:
         return launch_register_cap(self.arch, self.threads, self.config.blocks_per_sm or 1)
 
     def blocks_per_sm(self, registers: int) -> int:
-        """Blocks an SM holds at `registers` per thread (capped by the budget's, where it asks for fewer)."""
-        held = occupancy_of(self.arch, registers, self.threads, self.smem_bytes).blocks_per_sm
-        return held
+        """Blocks an SM holds at `registers` per thread, its threads and its reduction buffer."""
+        return occupancy_of(self.arch, registers, self.threads, self.smem_bytes).blocks_per_sm

@@ -74,10 +74,9 @@ class GemvPath(InstructionPath):
         return gemv_model(analysis, sms)
 
     def launch_contract(self, plan: KernelPlan) -> list[str]:
-        v = plan.layout.config.vector
-        return [f"- any alignment: where a pointer, leading dimension or batch stride of A or B is off {v} elements "
-                "(16 bytes), NAME_kernel_scalar runs, reading each row through 16-byte windows."
-                .replace("NAME", plan.spec.name)]
+        vector, scalar = plan.layout.config.vector, plan.launch.entries.scalar
+        return [f"- any alignment: where a pointer, leading dimension or batch stride of A or B is off {vector} "
+                f"elements (16 bytes), {scalar} runs, reading each row through 16-byte windows."]
 
     def metadata(self, plan: KernelPlan) -> dict:
         config = plan.layout.config

@@ -94,10 +94,10 @@ def _check_shape(checker: Any) -> bool:
 def _check_config(checker: Any) -> None:
     spec = checker.spec
     config = gemv_config(spec)
-    where = {"tile": spec.block.at("tile")}
-    for key, message, hint in config.problems():
-        checker.error(where[key], message, hint)
-    if config.problems() or checker.arch is None:
+    problems = config.problems()
+    for key, message, hint in problems:
+        checker.error(spec.block.at(key), message, hint)
+    if problems or checker.arch is None:
         return
     cap = launch_register_cap(checker.arch, config.threads, config.blocks_per_sm or 1)
     if config.registers > cap:
