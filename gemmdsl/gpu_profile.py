@@ -94,6 +94,14 @@ class GpuProfile:
     # The share of HBM's datasheet rate, in percent, that the wgmma members' TMA k-tiles stream at: rows of 128 bytes
     # a k-tile, whatever the element type (the memory floor's rate for them)
     tma_hbm_percent: int
+    # The GEMV path: the share of an SM's even part of HBM's rate, in percent, that its blocks draw (the memory floor
+    # bounds the whole call); and the tensor kernel's (`gemv_m16n8k16`) windowed k-tile (rows off 16 bytes: every
+    # chunk read as two), in percent of its aligned kernel's
+    gemv_draw_percent: int
+    gemv_tensor_window_percent: int
+    # ... and the share of HBM's datasheet rate, in percent, that the tensor kernel's loads stream at (64 bytes of each
+    # row a load, where the CUDA-core kernel's read 512): its memory floor's rate
+    gemv_tensor_hbm_percent: int
     source: str
 
     def _per_clock(self, tbps: float) -> float:
@@ -146,7 +154,8 @@ FITTED = ("ring_round_trip_cycles", "split_wait_cycles_per_k_tile", "stream_k_fi
           "decode_step_cycles_4bit_32rows", "decode_step_cycles_8bit_8rows", "decode_step_cycles_8bit_16rows",
           "decode_step_cycles_8bit_32rows", "c_store_bytes_per_clock", "row_store_bytes_per_clock",
           "direct_store_bytes_per_clock", "single_stage_wait_cycles", "gemv_step_cycles", "gemv_round_trip_cycles",
-          "tma_hbm_percent")
+          "tma_hbm_percent", "gemv_draw_percent", "gemv_tensor_window_percent",
+          "gemv_tensor_hbm_percent")
 
 
 @cache

@@ -730,7 +730,8 @@ def _mma_shape(reader: _SpecReader, value: _Value) -> Any:
         form = _shape_form(atom.value)
         if form is not None:
             shape_type, match = form
-            sizes = {name: _number(digits) for name, digits in match.groupdict().items()}
+            # A group the word leaves out (an optional part of the syntax) takes the shape type's default.
+            sizes = {name: _number(digits) for name, digits in match.groupdict().items() if digits is not None}
             if any(size is None or not 1 <= size <= MAX_INT for size in sizes.values()):
                 raise _Bad(value.span, f"the sizes of {atom.value} are out of range")
             return shape_type(**sizes)

@@ -232,6 +232,13 @@ GEMV_STEP_CYCLES: dict[int, int] = {90: HOPPER.gemv_step_cycles}
 # "HBM's rate by the length of a k-tile's rows"; docs/calibration.md).
 TMA_HBM_PERCENT: dict[int, int] = {90: HOPPER.tma_hbm_percent}
 GEMV_ROUND_TRIP_CYCLES: dict[int, int] = {90: HOPPER.gemv_round_trip_cycles}
+# The GEMV path: an SM's blocks draw this share of the SM's even part of HBM's rate (in percent; the memory floor
+# bounds the whole call), and the tensor kernel's windowed k-tile costs this percent of its aligned kernel's (every
+# chunk read as two, the lanes' rows at different offsets). Fitted on the family studies (docs/calibration.md).
+GEMV_DRAW_PERCENT: dict[int, int] = {90: HOPPER.gemv_draw_percent}
+GEMV_TENSOR_WINDOW_PERCENT: dict[int, int] = {90: HOPPER.gemv_tensor_window_percent}
+# ... and the share of HBM's rate, in percent, its memory floor counts: its lanes read 64 bytes of each row a load.
+GEMV_TENSOR_HBM_PERCENT: dict[int, int] = {90: HOPPER.gemv_tensor_hbm_percent}
 # The dequantizing decode kernel's SM cycles per warp k-step (16 rows of W by 16 of K, with 2 blocks of 8 warps
 # resident), by (the weights' bits: 4, or 8 for int8 and e4m3; the rows of A a block takes: 8, 16, 32): fitted on
 # its H200 run (docs/quantized-kernel.md, "The time model"), the rates its conversions and mma.sync reach.

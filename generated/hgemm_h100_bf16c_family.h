@@ -22,8 +22,9 @@
 // Elements that an operand's pointer and leading dimension must be a multiple of for every member's
 // vector accesses (else a call that hgemm_h100_bf16c, hgemm_h100_bf16c_128x192,
 // hgemm_h100_bf16c_128x64, hgemm_h100_bf16c_64x128_sk refuse goes to the member the rule picks among
-// hgemm_short_k_bf16c, hgemv_bf16c_1x4, hgemv_bf16c_4x1, hgemm_h100_bf16c_any, which run a kernel with
-// one-element accesses; the family's launchers take any alignment).
+// hgemm_short_k_bf16c, hgemv_bf16c_1x4, hgemv_bf16c_4x1, hgemv_bf16c_mma_8x16,
+// hgemv_bf16c_mma_8x16_w16, hgemv_bf16c_mma_16x16_w4, hgemv_bf16c_mma_16x16, hgemm_h100_bf16c_any,
+// which run a kernel with one-element accesses; the family's launchers take any alignment).
 #define hgemm_h100_bf16c_family_A_VECTOR_ELEMENTS 8
 #define hgemm_h100_bf16c_family_B_VECTOR_ELEMENTS 8
 #define hgemm_h100_bf16c_family_C_VECTOR_ELEMENTS 2
@@ -254,6 +255,96 @@ cudaError_t hgemv_bf16c_4x1_launch(const __nv_bfloat16* A, const __nv_bfloat16* 
 cudaError_t hgemv_bf16c_4x1_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                       __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                       float beta, cudaStream_t stream);
+
+// Member hgemv_bf16c_mma_8x16 (hgemv_bf16c_mma_8x16.gemm: 8x16x1024 tiles, bounds: checked). Its
+// launchers take the parameters of hgemm_h100_bf16c_family's of the same kind and run it alone,
+// without the rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_bf16c_mma_8x16_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_bf16c_mma_8x16_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
+cudaError_t hgemv_bf16c_mma_8x16_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+                                        int M, int N, int K, float alpha, float beta, cudaStream_t stream);
+cudaError_t hgemv_bf16c_mma_8x16_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
+                                           __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
+                                           float beta, cudaStream_t stream);
+
+// Member hgemv_bf16c_mma_8x16_w16 (hgemv_bf16c_mma_8x16_w16.gemm: 8x16x512 tiles, bounds: checked).
+// Its launchers take the parameters of hgemm_h100_bf16c_family's of the same kind and run it alone,
+// without the rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_bf16c_mma_8x16_w16_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_bf16c_mma_8x16_w16_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
+cudaError_t hgemv_bf16c_mma_8x16_w16_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+                                            int M, int N, int K, float alpha, float beta,
+                                            cudaStream_t stream);
+cudaError_t hgemv_bf16c_mma_8x16_w16_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                               int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                               float alpha, float beta, cudaStream_t stream);
+
+// Member hgemv_bf16c_mma_16x16_w4 (hgemv_bf16c_mma_16x16_w4.gemm: 16x16x256 tiles, bounds: checked).
+// Its launchers take the parameters of hgemm_h100_bf16c_family's of the same kind and run it alone,
+// without the rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_bf16c_mma_16x16_w4_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_bf16c_mma_16x16_w4_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
+cudaError_t hgemv_bf16c_mma_16x16_w4_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+                                            int M, int N, int K, float alpha, float beta,
+                                            cudaStream_t stream);
+cudaError_t hgemv_bf16c_mma_16x16_w4_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                               int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                               float alpha, float beta, cudaStream_t stream);
+
+// Member hgemv_bf16c_mma_16x16 (hgemv_bf16c_mma_16x16.gemm: 16x16x512 tiles, bounds: checked). Its
+// launchers take the parameters of hgemm_h100_bf16c_family's of the same kind and run it alone,
+// without the rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_bf16c_mma_16x16_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_bf16c_mma_16x16_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
+cudaError_t hgemv_bf16c_mma_16x16_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+                                         int M, int N, int K, float alpha, float beta, cudaStream_t stream);
+cudaError_t hgemv_bf16c_mma_16x16_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
+                                            __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
+                                            float beta, cudaStream_t stream);
 
 // Member hgemm_h100_bf16c_any (hgemm_h100_bf16c_any.gemm: 128x128x32 tiles, bounds: checked). Its
 // launchers take the parameters of hgemm_h100_bf16c_family's of the same kind and run it alone,

@@ -21,6 +21,10 @@
 //       use hgemm_mma_128x32_sk.gemm;  // ... few columns
 //       use hgemv_1x4.gemm;            // CUDA-core dot products along K: one row of A against B (M = 1)
 //       use hgemv_4x1.gemm;            // ... one column of B against A (N = 1)
+//       use hgemv_mma_8x16.gemm;       // mma.sync dot products along K: 8 rows of A against B (M = 2-8)
+//       use hgemv_mma_8x16_w16.gemm;   // ... in blocks of 16 K-warps: short weights
+//       use hgemv_mma_16x16_w4.gemm;   // ... 16 rows of A (M = 9-16), blocks of 4 warps: many rows of B
+//       use hgemv_mma_16x16.gemm;      // ... blocks of 8 warps: fewer rows of B (more bytes in flight)
 //       fallback hgemm_h100_any.gemm; // mma.sync, any alignment: what TMA refuses
 //   }
 
@@ -12854,6 +12858,1002 @@ extern "C" cudaError_t hgemv_4x1_launch(const __nv_bfloat16* A, const __nv_bfloa
 #endif
 }  // namespace hgemv_4x1
 
+// ---- member hgemv_mma_8x16, from hgemv_mma_8x16.gemm ----
+namespace hgemv_mma_8x16 {
+
+// A 16-byte load of a streamed row; L2 fetches the whole 128-byte line it lies in.
+static __device__ __forceinline__ uint4 hgemv_mma_8x16_ldg(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// The 16 bytes of a row that start `off` elements past an aligned chunk `lo` (the next aligned chunk `hi`):
+// the words shifted by whole words in two selects, then, for 16-bit elements, by half a word (the off is
+// warp-uniform: selects, no divergence).
+static __device__ __forceinline__ uint4 hgemv_mma_8x16_window(uint4 lo, uint4 hi, int off) {
+    unsigned w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const int by = off >> 1;
+    #pragma unroll
+    for (int j = 0; j < 6; ++j) w[j] = (by & 2) ? w[j + 2] : w[j];
+    #pragma unroll
+    for (int j = 0; j < 5; ++j) w[j] = (by & 1) ? w[j + 1] : w[j];
+    const unsigned half = (off & 1) * 16;
+    return make_uint4(__funnelshift_r(w[0], w[1], half), __funnelshift_r(w[1], w[2], half),
+                      __funnelshift_r(w[2], w[3], half), __funnelshift_r(w[3], w[4], half));
+}
+
+// The chunk `c` (16 bytes) of a row whose start is `off` elements past the aligned pointer `row`. The lanes' rows
+// start at different offsets: both chunks are loaded and the window taken whatever the offset (no branch, so
+// the step's loads all issue before the first returns).
+template <bool WINDOWED>
+static __device__ __forceinline__ uint4 hgemv_mma_8x16_chunk(const uint4* row, int off, int c) {
+    const uint4 lo = hgemv_mma_8x16_ldg(row + c);
+    if (!WINDOWED) return lo;
+    return hgemv_mma_8x16_window(lo, hgemv_mma_8x16_ldg(row + c + 1), off);
+}
+
+// D += A B, mma.sync m16n8k16: A a 16-row tile of the streamed rows, B an 8-row tile of the small ones.
+static __device__ __forceinline__ void hgemv_mma_8x16_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A step's chunks from piece `base` of K on (4 pieces of 32 elements): this lane's 16 bytes of each of its rows
+// (two a tile) and small rows; pieces past `pieces` read the last one, multiplied as zeros.
+template <bool WINDOWED>
+static __device__ __forceinline__ void hgemv_mma_8x16_load(uint4 (&w)[4][1][2], uint4 (&x)[4][1], const uint4* (&w_chunks)[1][2], int (&w_off)[1][2], const uint4* (&x_chunks)[1], int (&x_off)[1], int base, int pieces, int pair) {
+    #pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        // The piece's chunk of this lane, clamped into the rows: its loads stay in bounds (the compiler may issue
+        // a load whatever the select after it keeps).
+        const bool in = base + u < pieces;
+        const int c = 4 * min(base + u, pieces - 1) + pair;
+        #pragma unroll
+        for (int i = 0; i < 1; ++i)
+        #pragma unroll
+            for (int h = 0; h < 2; ++h) w[u][i][h] = in ? hgemv_mma_8x16_chunk<WINDOWED>(w_chunks[i][h], w_off[i][h], c) : make_uint4(0, 0, 0, 0);
+        #pragma unroll
+        for (int j = 0; j < 1; ++j) x[u][j] = in ? hgemv_mma_8x16_chunk<WINDOWED>(x_chunks[j], x_off[j], c) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// A step's multiplies: each piece two k-steps, the chunks' first two words one and their last two the next.
+static __device__ __forceinline__ void hgemv_mma_8x16_multiply(float (&acc)[1][1][4], const uint4 (&w)[4][1][2], const uint4 (&x)[4][1]) {
+    #pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+            const unsigned low[4] = {w[u][i][0].x, w[u][i][1].x, w[u][i][0].y, w[u][i][1].y};
+            const unsigned high[4] = {w[u][i][0].z, w[u][i][1].z, w[u][i][0].w, w[u][i][1].w};
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) {
+                hgemv_mma_8x16_mma(acc[i][j], low, x[u][j].x, x[u][j].y);
+                hgemv_mma_8x16_mma(acc[i][j], high, x[u][j].z, x[u][j].w);
+            }
+        }
+    }
+}
+
+// C = A B: 8 row(s) of A against 16 rows of B per block; WINDOWED reads rows that start off 16 bytes.
+template <bool WINDOWED>
+static __device__ __forceinline__ void hgemv_mma_8x16_gemv(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta) {
+    __shared__ float sums[8][8][16];
+    const int small_blocks = (M + 7) / 8;
+    // The small operand's row-blocks fastest: the blocks that read one weight tile run together.
+    const int small0 = (int)(blockIdx.x % small_blocks) * 8;
+    const int row_block = (int)(blockIdx.x / small_blocks) * 16;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int k_warp = warp % 8, row_warp = warp / 8;
+    const int row0 = row_block + row_warp * 16;
+    const int g = lane >> 2, pair = lane & 3;  // the fragments' row and pair of columns
+    // This lane's rows: g and g + 8 of each tile, g of each tile of the small rows. Rows past the matrix read its last
+    // row (in bounds) and are not stored.
+    const uint4* w_chunks[1][2];
+    int w_off[1][2];
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+        const __nv_bfloat16* w_rows[2];
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) w_rows[h] = B + (size_t)min(row0 + 16 * i + 8 * h + g, N - 1) * ldb;
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const size_t address = reinterpret_cast<size_t>(w_rows[h]);
+            w_off[i][h] = WINDOWED ? (int)(address & 15) / 2 : 0;
+            w_chunks[i][h] = reinterpret_cast<const uint4*>(address - (size_t)w_off[i][h] * 2);
+        }
+    }
+    const __nv_bfloat16* x_rows[1];
+    const uint4* x_chunks[1];
+    int x_off[1];
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) x_rows[j] = A + (size_t)min(small0 + 8 * j + g, M - 1) * lda;
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) {
+        const size_t address = reinterpret_cast<size_t>(x_rows[j]);
+        x_off[j] = WINDOWED ? (int)(address & 15) / 2 : 0;
+        x_chunks[j] = reinterpret_cast<const uint4*>(address - (size_t)x_off[j] * 2);
+    }
+    // Pieces of 32 elements that every row reads in whole chunks, the same for every lane (mma.sync takes the
+    // warp's 32): a row that starts off 16 bytes reads one chunk fewer.
+    const int pieces = (WINDOWED ? max(0, K / 8 - 1) : K / 8) / 4;
+    float acc[1][1][4];
+    #pragma unroll
+    for (int i = 0; i < 1; ++i)
+    #pragma unroll
+        for (int j = 0; j < 1; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    // A warp's step takes 4 consecutive pieces, the K-warps the next ones; the next step's chunks are loaded
+    // before this step's are multiplied.
+    uint4 w0[4][1][2], x0[4][1], w1[4][1][2], x1[4][1];
+    int base = k_warp * 4;
+    hgemv_mma_8x16_load<WINDOWED>(w0, x0, w_chunks, w_off, x_chunks, x_off, base, pieces, pair);
+    for (; base < pieces; base += 64) {
+        hgemv_mma_8x16_load<WINDOWED>(w1, x1, w_chunks, w_off, x_chunks, x_off, base + 32, pieces, pair);
+        hgemv_mma_8x16_multiply(acc, w0, x0);
+        hgemv_mma_8x16_load<WINDOWED>(w0, x0, w_chunks, w_off, x_chunks, x_off, base + 64, pieces, pair);
+        hgemv_mma_8x16_multiply(acc, w1, x1);
+    }
+    // The elements past the whole pieces (fewer than 40), on the first K-warp: each lane its own elements of C.
+    if (k_warp == 0) {
+        for (int k = pieces * 32; k < K; ++k) {
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float xk = __bfloat162float(A[(size_t)min(small0 + 8 * j + 2 * pair + e, M - 1) * lda + k]);
+                    #pragma unroll
+                    for (int i = 0; i < 1; ++i)
+                    #pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                        const float wk = __bfloat162float(B[(size_t)min(row0 + 16 * i + 8 * h + g, N - 1) * ldb + k]);
+                        acc[i][j][2 * h + e] = fmaf(wk, xk, acc[i][j][2 * h + e]);
+                    }
+                }
+            }
+        }
+    }
+    // The fragments of C: d0, d1 at row g, columns 2 pair and 2 pair + 1; d2, d3 at row g + 8.
+    #pragma unroll
+    for (int i = 0; i < 1; ++i)
+    #pragma unroll
+        for (int j = 0; j < 1; ++j)
+    #pragma unroll
+            for (int e = 0; e < 4; ++e)
+                sums[k_warp][8 * j + 2 * pair + (e & 1)][row_warp * 16 + 16 * i + 8 * (e >> 1) + g] = acc[i][j][e];
+    __syncthreads();
+    for (int t = threadIdx.x; t < 128; t += 256) {
+        const int j = t / 16, i = t % 16;
+        float sum = 0.0f;
+        #pragma unroll
+        for (int q = 0; q < 8; ++q) sum += sums[q][j][i];
+        const int row = row_block + i, small_row = small0 + j;
+        if (row >= N || small_row >= M) continue;
+        float* const c = C + (size_t)small_row * ldc + row;
+        const float value = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
+        *c = value;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) hgemv_mma_8x16_kernel(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_mma_8x16_gemv<false>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) hgemv_mma_8x16_kernel_scalar(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_mma_8x16_gemv<true>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) hgemv_mma_8x16_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_mma_8x16_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_mma_8x16_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
+static bool hgemv_mma_8x16_aligned(const void* p, long long ld, long long stride, int elements, unsigned element_bytes) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * element_bytes) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t hgemv_mma_8x16_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483639 || N > 2147483631 || K > 2147482623) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemv_mma_8x16_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 2147483647 || ldb > 2147483647) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 8 - 1) / 8) * ((N + 16 - 1) / 16);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = hgemv_mma_8x16_aligned(A, lda, 0, 8, 2) && hgemv_mma_8x16_aligned(B, ldb, 0, 8, 2);
+    const auto kernel = vector_aligned ? hgemv_mma_8x16_kernel : hgemv_mma_8x16_kernel_scalar;
+    const size_t smem_bytes = 0;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hgemv_mma_8x16_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return hgemv_mma_8x16_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace hgemv_mma_8x16
+
+// ---- member hgemv_mma_8x16_w16, from hgemv_mma_8x16_w16.gemm ----
+namespace hgemv_mma_8x16_w16 {
+
+// A 16-byte load of a streamed row; L2 fetches the whole 128-byte line it lies in.
+static __device__ __forceinline__ uint4 hgemv_mma_8x16_w16_ldg(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// The 16 bytes of a row that start `off` elements past an aligned chunk `lo` (the next aligned chunk `hi`):
+// the words shifted by whole words in two selects, then, for 16-bit elements, by half a word (the off is
+// warp-uniform: selects, no divergence).
+static __device__ __forceinline__ uint4 hgemv_mma_8x16_w16_window(uint4 lo, uint4 hi, int off) {
+    unsigned w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const int by = off >> 1;
+    #pragma unroll
+    for (int j = 0; j < 6; ++j) w[j] = (by & 2) ? w[j + 2] : w[j];
+    #pragma unroll
+    for (int j = 0; j < 5; ++j) w[j] = (by & 1) ? w[j + 1] : w[j];
+    const unsigned half = (off & 1) * 16;
+    return make_uint4(__funnelshift_r(w[0], w[1], half), __funnelshift_r(w[1], w[2], half),
+                      __funnelshift_r(w[2], w[3], half), __funnelshift_r(w[3], w[4], half));
+}
+
+// The chunk `c` (16 bytes) of a row whose start is `off` elements past the aligned pointer `row`. The lanes' rows
+// start at different offsets: both chunks are loaded and the window taken whatever the offset (no branch, so
+// the step's loads all issue before the first returns).
+template <bool WINDOWED>
+static __device__ __forceinline__ uint4 hgemv_mma_8x16_w16_chunk(const uint4* row, int off, int c) {
+    const uint4 lo = hgemv_mma_8x16_w16_ldg(row + c);
+    if (!WINDOWED) return lo;
+    return hgemv_mma_8x16_w16_window(lo, hgemv_mma_8x16_w16_ldg(row + c + 1), off);
+}
+
+// D += A B, mma.sync m16n8k16: A a 16-row tile of the streamed rows, B an 8-row tile of the small ones.
+static __device__ __forceinline__ void hgemv_mma_8x16_w16_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A step's chunks from piece `base` of K on (1 pieces of 32 elements): this lane's 16 bytes of each of its rows
+// (two a tile) and small rows; pieces past `pieces` read the last one, multiplied as zeros.
+template <bool WINDOWED>
+static __device__ __forceinline__ void hgemv_mma_8x16_w16_load(uint4 (&w)[1][1][2], uint4 (&x)[1][1], const uint4* (&w_chunks)[1][2], int (&w_off)[1][2], const uint4* (&x_chunks)[1], int (&x_off)[1], int base, int pieces, int pair) {
+    #pragma unroll
+    for (int u = 0; u < 1; ++u) {
+        // The piece's chunk of this lane, clamped into the rows: its loads stay in bounds (the compiler may issue
+        // a load whatever the select after it keeps).
+        const bool in = base + u < pieces;
+        const int c = 4 * min(base + u, pieces - 1) + pair;
+        #pragma unroll
+        for (int i = 0; i < 1; ++i)
+        #pragma unroll
+            for (int h = 0; h < 2; ++h) w[u][i][h] = in ? hgemv_mma_8x16_w16_chunk<WINDOWED>(w_chunks[i][h], w_off[i][h], c) : make_uint4(0, 0, 0, 0);
+        #pragma unroll
+        for (int j = 0; j < 1; ++j) x[u][j] = in ? hgemv_mma_8x16_w16_chunk<WINDOWED>(x_chunks[j], x_off[j], c) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// A step's multiplies: each piece two k-steps, the chunks' first two words one and their last two the next.
+static __device__ __forceinline__ void hgemv_mma_8x16_w16_multiply(float (&acc)[1][1][4], const uint4 (&w)[1][1][2], const uint4 (&x)[1][1]) {
+    #pragma unroll
+    for (int u = 0; u < 1; ++u) {
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+            const unsigned low[4] = {w[u][i][0].x, w[u][i][1].x, w[u][i][0].y, w[u][i][1].y};
+            const unsigned high[4] = {w[u][i][0].z, w[u][i][1].z, w[u][i][0].w, w[u][i][1].w};
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) {
+                hgemv_mma_8x16_w16_mma(acc[i][j], low, x[u][j].x, x[u][j].y);
+                hgemv_mma_8x16_w16_mma(acc[i][j], high, x[u][j].z, x[u][j].w);
+            }
+        }
+    }
+}
+
+// C = A B: 8 row(s) of A against 16 rows of B per block; WINDOWED reads rows that start off 16 bytes.
+template <bool WINDOWED>
+static __device__ __forceinline__ void hgemv_mma_8x16_w16_gemv(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta) {
+    __shared__ float sums[16][8][16];
+    const int small_blocks = (M + 7) / 8;
+    // The small operand's row-blocks fastest: the blocks that read one weight tile run together.
+    const int small0 = (int)(blockIdx.x % small_blocks) * 8;
+    const int row_block = (int)(blockIdx.x / small_blocks) * 16;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int k_warp = warp % 16, row_warp = warp / 16;
+    const int row0 = row_block + row_warp * 16;
+    const int g = lane >> 2, pair = lane & 3;  // the fragments' row and pair of columns
+    // This lane's rows: g and g + 8 of each tile, g of each tile of the small rows. Rows past the matrix read its last
+    // row (in bounds) and are not stored.
+    const uint4* w_chunks[1][2];
+    int w_off[1][2];
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+        const __nv_bfloat16* w_rows[2];
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) w_rows[h] = B + (size_t)min(row0 + 16 * i + 8 * h + g, N - 1) * ldb;
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const size_t address = reinterpret_cast<size_t>(w_rows[h]);
+            w_off[i][h] = WINDOWED ? (int)(address & 15) / 2 : 0;
+            w_chunks[i][h] = reinterpret_cast<const uint4*>(address - (size_t)w_off[i][h] * 2);
+        }
+    }
+    const __nv_bfloat16* x_rows[1];
+    const uint4* x_chunks[1];
+    int x_off[1];
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) x_rows[j] = A + (size_t)min(small0 + 8 * j + g, M - 1) * lda;
+    #pragma unroll
+    for (int j = 0; j < 1; ++j) {
+        const size_t address = reinterpret_cast<size_t>(x_rows[j]);
+        x_off[j] = WINDOWED ? (int)(address & 15) / 2 : 0;
+        x_chunks[j] = reinterpret_cast<const uint4*>(address - (size_t)x_off[j] * 2);
+    }
+    // Pieces of 32 elements that every row reads in whole chunks, the same for every lane (mma.sync takes the
+    // warp's 32): a row that starts off 16 bytes reads one chunk fewer.
+    const int pieces = (WINDOWED ? max(0, K / 8 - 1) : K / 8) / 4;
+    float acc[1][1][4];
+    #pragma unroll
+    for (int i = 0; i < 1; ++i)
+    #pragma unroll
+        for (int j = 0; j < 1; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    // A warp's step takes 1 consecutive pieces, the K-warps the next ones; the next step's chunks are loaded
+    // before this step's are multiplied.
+    uint4 w0[1][1][2], x0[1][1], w1[1][1][2], x1[1][1];
+    int base = k_warp * 1;
+    hgemv_mma_8x16_w16_load<WINDOWED>(w0, x0, w_chunks, w_off, x_chunks, x_off, base, pieces, pair);
+    for (; base < pieces; base += 32) {
+        hgemv_mma_8x16_w16_load<WINDOWED>(w1, x1, w_chunks, w_off, x_chunks, x_off, base + 16, pieces, pair);
+        hgemv_mma_8x16_w16_multiply(acc, w0, x0);
+        hgemv_mma_8x16_w16_load<WINDOWED>(w0, x0, w_chunks, w_off, x_chunks, x_off, base + 32, pieces, pair);
+        hgemv_mma_8x16_w16_multiply(acc, w1, x1);
+    }
+    // The elements past the whole pieces (fewer than 40), on the first K-warp: each lane its own elements of C.
+    if (k_warp == 0) {
+        for (int k = pieces * 32; k < K; ++k) {
+            #pragma unroll
+            for (int j = 0; j < 1; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float xk = __bfloat162float(A[(size_t)min(small0 + 8 * j + 2 * pair + e, M - 1) * lda + k]);
+                    #pragma unroll
+                    for (int i = 0; i < 1; ++i)
+                    #pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                        const float wk = __bfloat162float(B[(size_t)min(row0 + 16 * i + 8 * h + g, N - 1) * ldb + k]);
+                        acc[i][j][2 * h + e] = fmaf(wk, xk, acc[i][j][2 * h + e]);
+                    }
+                }
+            }
+        }
+    }
+    // The fragments of C: d0, d1 at row g, columns 2 pair and 2 pair + 1; d2, d3 at row g + 8.
+    #pragma unroll
+    for (int i = 0; i < 1; ++i)
+    #pragma unroll
+        for (int j = 0; j < 1; ++j)
+    #pragma unroll
+            for (int e = 0; e < 4; ++e)
+                sums[k_warp][8 * j + 2 * pair + (e & 1)][row_warp * 16 + 16 * i + 8 * (e >> 1) + g] = acc[i][j][e];
+    __syncthreads();
+    for (int t = threadIdx.x; t < 128; t += 512) {
+        const int j = t / 16, i = t % 16;
+        float sum = 0.0f;
+        #pragma unroll
+        for (int q = 0; q < 16; ++q) sum += sums[q][j][i];
+        const int row = row_block + i, small_row = small0 + j;
+        if (row >= N || small_row >= M) continue;
+        float* const c = C + (size_t)small_row * ldc + row;
+        const float value = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
+        *c = value;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(512, 1) hgemv_mma_8x16_w16_kernel(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_mma_8x16_w16_gemv<false>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+extern "C" __global__ void __launch_bounds__(512, 1) hgemv_mma_8x16_w16_kernel_scalar(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_mma_8x16_w16_gemv<true>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) hgemv_mma_8x16_w16_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_mma_8x16_w16_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_mma_8x16_w16_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool hgemv_mma_8x16_w16_aligned(const void* p, long long ld, long long stride, int elements, unsigned element_bytes) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * element_bytes) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t hgemv_mma_8x16_w16_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483639 || N > 2147483631 || K > 2147483135) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemv_mma_8x16_w16_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 2147483647 || ldb > 2147483647) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 8 - 1) / 8) * ((N + 16 - 1) / 16);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = hgemv_mma_8x16_w16_aligned(A, lda, 0, 8, 2) && hgemv_mma_8x16_w16_aligned(B, ldb, 0, 8, 2);
+    const auto kernel = vector_aligned ? hgemv_mma_8x16_w16_kernel : hgemv_mma_8x16_w16_kernel_scalar;
+    const size_t smem_bytes = 0;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(512), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hgemv_mma_8x16_w16_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return hgemv_mma_8x16_w16_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace hgemv_mma_8x16_w16
+
+// ---- member hgemv_mma_16x16_w4, from hgemv_mma_16x16_w4.gemm ----
+namespace hgemv_mma_16x16_w4 {
+
+// A 16-byte load of a streamed row; L2 fetches the whole 128-byte line it lies in.
+static __device__ __forceinline__ uint4 hgemv_mma_16x16_w4_ldg(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// The 16 bytes of a row that start `off` elements past an aligned chunk `lo` (the next aligned chunk `hi`):
+// the words shifted by whole words in two selects, then, for 16-bit elements, by half a word (the off is
+// warp-uniform: selects, no divergence).
+static __device__ __forceinline__ uint4 hgemv_mma_16x16_w4_window(uint4 lo, uint4 hi, int off) {
+    unsigned w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const int by = off >> 1;
+    #pragma unroll
+    for (int j = 0; j < 6; ++j) w[j] = (by & 2) ? w[j + 2] : w[j];
+    #pragma unroll
+    for (int j = 0; j < 5; ++j) w[j] = (by & 1) ? w[j + 1] : w[j];
+    const unsigned half = (off & 1) * 16;
+    return make_uint4(__funnelshift_r(w[0], w[1], half), __funnelshift_r(w[1], w[2], half),
+                      __funnelshift_r(w[2], w[3], half), __funnelshift_r(w[3], w[4], half));
+}
+
+// The chunk `c` (16 bytes) of a row whose start is `off` elements past the aligned pointer `row`. The lanes' rows
+// start at different offsets: both chunks are loaded and the window taken whatever the offset (no branch, so
+// the step's loads all issue before the first returns).
+template <bool WINDOWED>
+static __device__ __forceinline__ uint4 hgemv_mma_16x16_w4_chunk(const uint4* row, int off, int c) {
+    const uint4 lo = hgemv_mma_16x16_w4_ldg(row + c);
+    if (!WINDOWED) return lo;
+    return hgemv_mma_16x16_w4_window(lo, hgemv_mma_16x16_w4_ldg(row + c + 1), off);
+}
+
+// D += A B, mma.sync m16n8k16: A a 16-row tile of the streamed rows, B an 8-row tile of the small ones.
+static __device__ __forceinline__ void hgemv_mma_16x16_w4_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A step's chunks from piece `base` of K on (2 pieces of 32 elements): this lane's 16 bytes of each of its rows
+// (two a tile) and small rows; pieces past `pieces` read the last one, multiplied as zeros.
+template <bool WINDOWED>
+static __device__ __forceinline__ void hgemv_mma_16x16_w4_load(uint4 (&w)[2][1][2], uint4 (&x)[2][2], const uint4* (&w_chunks)[1][2], int (&w_off)[1][2], const uint4* (&x_chunks)[2], int (&x_off)[2], int base, int pieces, int pair) {
+    #pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        // The piece's chunk of this lane, clamped into the rows: its loads stay in bounds (the compiler may issue
+        // a load whatever the select after it keeps).
+        const bool in = base + u < pieces;
+        const int c = 4 * min(base + u, pieces - 1) + pair;
+        #pragma unroll
+        for (int i = 0; i < 1; ++i)
+        #pragma unroll
+            for (int h = 0; h < 2; ++h) w[u][i][h] = in ? hgemv_mma_16x16_w4_chunk<WINDOWED>(w_chunks[i][h], w_off[i][h], c) : make_uint4(0, 0, 0, 0);
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) x[u][j] = in ? hgemv_mma_16x16_w4_chunk<WINDOWED>(x_chunks[j], x_off[j], c) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// A step's multiplies: each piece two k-steps, the chunks' first two words one and their last two the next.
+static __device__ __forceinline__ void hgemv_mma_16x16_w4_multiply(float (&acc)[1][2][4], const uint4 (&w)[2][1][2], const uint4 (&x)[2][2]) {
+    #pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+            const unsigned low[4] = {w[u][i][0].x, w[u][i][1].x, w[u][i][0].y, w[u][i][1].y};
+            const unsigned high[4] = {w[u][i][0].z, w[u][i][1].z, w[u][i][0].w, w[u][i][1].w};
+            #pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                hgemv_mma_16x16_w4_mma(acc[i][j], low, x[u][j].x, x[u][j].y);
+                hgemv_mma_16x16_w4_mma(acc[i][j], high, x[u][j].z, x[u][j].w);
+            }
+        }
+    }
+}
+
+// C = A B: 16 row(s) of A against 16 rows of B per block; WINDOWED reads rows that start off 16 bytes.
+template <bool WINDOWED>
+static __device__ __forceinline__ void hgemv_mma_16x16_w4_gemv(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta) {
+    __shared__ float sums[4][16][16];
+    const int small_blocks = (M + 15) / 16;
+    // The small operand's row-blocks fastest: the blocks that read one weight tile run together.
+    const int small0 = (int)(blockIdx.x % small_blocks) * 16;
+    const int row_block = (int)(blockIdx.x / small_blocks) * 16;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int k_warp = warp % 4, row_warp = warp / 4;
+    const int row0 = row_block + row_warp * 16;
+    const int g = lane >> 2, pair = lane & 3;  // the fragments' row and pair of columns
+    // This lane's rows: g and g + 8 of each tile, g of each tile of the small rows. Rows past the matrix read its last
+    // row (in bounds) and are not stored.
+    const uint4* w_chunks[1][2];
+    int w_off[1][2];
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+        const __nv_bfloat16* w_rows[2];
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) w_rows[h] = B + (size_t)min(row0 + 16 * i + 8 * h + g, N - 1) * ldb;
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const size_t address = reinterpret_cast<size_t>(w_rows[h]);
+            w_off[i][h] = WINDOWED ? (int)(address & 15) / 2 : 0;
+            w_chunks[i][h] = reinterpret_cast<const uint4*>(address - (size_t)w_off[i][h] * 2);
+        }
+    }
+    const __nv_bfloat16* x_rows[2];
+    const uint4* x_chunks[2];
+    int x_off[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) x_rows[j] = A + (size_t)min(small0 + 8 * j + g, M - 1) * lda;
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const size_t address = reinterpret_cast<size_t>(x_rows[j]);
+        x_off[j] = WINDOWED ? (int)(address & 15) / 2 : 0;
+        x_chunks[j] = reinterpret_cast<const uint4*>(address - (size_t)x_off[j] * 2);
+    }
+    // Pieces of 32 elements that every row reads in whole chunks, the same for every lane (mma.sync takes the
+    // warp's 32): a row that starts off 16 bytes reads one chunk fewer.
+    const int pieces = (WINDOWED ? max(0, K / 8 - 1) : K / 8) / 4;
+    float acc[1][2][4];
+    #pragma unroll
+    for (int i = 0; i < 1; ++i)
+    #pragma unroll
+        for (int j = 0; j < 2; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    // A warp's step takes 2 consecutive pieces, the K-warps the next ones; the next step's chunks are loaded
+    // before this step's are multiplied.
+    uint4 w0[2][1][2], x0[2][2], w1[2][1][2], x1[2][2];
+    int base = k_warp * 2;
+    hgemv_mma_16x16_w4_load<WINDOWED>(w0, x0, w_chunks, w_off, x_chunks, x_off, base, pieces, pair);
+    for (; base < pieces; base += 16) {
+        hgemv_mma_16x16_w4_load<WINDOWED>(w1, x1, w_chunks, w_off, x_chunks, x_off, base + 8, pieces, pair);
+        hgemv_mma_16x16_w4_multiply(acc, w0, x0);
+        hgemv_mma_16x16_w4_load<WINDOWED>(w0, x0, w_chunks, w_off, x_chunks, x_off, base + 16, pieces, pair);
+        hgemv_mma_16x16_w4_multiply(acc, w1, x1);
+    }
+    // The elements past the whole pieces (fewer than 40), on the first K-warp: each lane its own elements of C.
+    if (k_warp == 0) {
+        for (int k = pieces * 32; k < K; ++k) {
+            #pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float xk = __bfloat162float(A[(size_t)min(small0 + 8 * j + 2 * pair + e, M - 1) * lda + k]);
+                    #pragma unroll
+                    for (int i = 0; i < 1; ++i)
+                    #pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                        const float wk = __bfloat162float(B[(size_t)min(row0 + 16 * i + 8 * h + g, N - 1) * ldb + k]);
+                        acc[i][j][2 * h + e] = fmaf(wk, xk, acc[i][j][2 * h + e]);
+                    }
+                }
+            }
+        }
+    }
+    // The fragments of C: d0, d1 at row g, columns 2 pair and 2 pair + 1; d2, d3 at row g + 8.
+    #pragma unroll
+    for (int i = 0; i < 1; ++i)
+    #pragma unroll
+        for (int j = 0; j < 2; ++j)
+    #pragma unroll
+            for (int e = 0; e < 4; ++e)
+                sums[k_warp][8 * j + 2 * pair + (e & 1)][row_warp * 16 + 16 * i + 8 * (e >> 1) + g] = acc[i][j][e];
+    __syncthreads();
+    for (int t = threadIdx.x; t < 256; t += 128) {
+        const int j = t / 16, i = t % 16;
+        float sum = 0.0f;
+        #pragma unroll
+        for (int q = 0; q < 4; ++q) sum += sums[q][j][i];
+        const int row = row_block + i, small_row = small0 + j;
+        if (row >= N || small_row >= M) continue;
+        float* const c = C + (size_t)small_row * ldc + row;
+        const float value = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
+        *c = value;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 4) hgemv_mma_16x16_w4_kernel(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_mma_16x16_w4_gemv<false>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 4) hgemv_mma_16x16_w4_kernel_scalar(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_mma_16x16_w4_gemv<true>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) hgemv_mma_16x16_w4_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_mma_16x16_w4_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_mma_16x16_w4_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool hgemv_mma_16x16_w4_aligned(const void* p, long long ld, long long stride, int elements, unsigned element_bytes) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * element_bytes) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t hgemv_mma_16x16_w4_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483631 || N > 2147483631 || K > 2147483391) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemv_mma_16x16_w4_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 2147483647 || ldb > 2147483647) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 16 - 1) / 16) * ((N + 16 - 1) / 16);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = hgemv_mma_16x16_w4_aligned(A, lda, 0, 8, 2) && hgemv_mma_16x16_w4_aligned(B, ldb, 0, 8, 2);
+    const auto kernel = vector_aligned ? hgemv_mma_16x16_w4_kernel : hgemv_mma_16x16_w4_kernel_scalar;
+    const size_t smem_bytes = 0;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hgemv_mma_16x16_w4_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return hgemv_mma_16x16_w4_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace hgemv_mma_16x16_w4
+
+// ---- member hgemv_mma_16x16, from hgemv_mma_16x16.gemm ----
+namespace hgemv_mma_16x16 {
+
+// A 16-byte load of a streamed row; L2 fetches the whole 128-byte line it lies in.
+static __device__ __forceinline__ uint4 hgemv_mma_16x16_ldg(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// The 16 bytes of a row that start `off` elements past an aligned chunk `lo` (the next aligned chunk `hi`):
+// the words shifted by whole words in two selects, then, for 16-bit elements, by half a word (the off is
+// warp-uniform: selects, no divergence).
+static __device__ __forceinline__ uint4 hgemv_mma_16x16_window(uint4 lo, uint4 hi, int off) {
+    unsigned w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const int by = off >> 1;
+    #pragma unroll
+    for (int j = 0; j < 6; ++j) w[j] = (by & 2) ? w[j + 2] : w[j];
+    #pragma unroll
+    for (int j = 0; j < 5; ++j) w[j] = (by & 1) ? w[j + 1] : w[j];
+    const unsigned half = (off & 1) * 16;
+    return make_uint4(__funnelshift_r(w[0], w[1], half), __funnelshift_r(w[1], w[2], half),
+                      __funnelshift_r(w[2], w[3], half), __funnelshift_r(w[3], w[4], half));
+}
+
+// The chunk `c` (16 bytes) of a row whose start is `off` elements past the aligned pointer `row`. The lanes' rows
+// start at different offsets: both chunks are loaded and the window taken whatever the offset (no branch, so
+// the step's loads all issue before the first returns).
+template <bool WINDOWED>
+static __device__ __forceinline__ uint4 hgemv_mma_16x16_chunk(const uint4* row, int off, int c) {
+    const uint4 lo = hgemv_mma_16x16_ldg(row + c);
+    if (!WINDOWED) return lo;
+    return hgemv_mma_16x16_window(lo, hgemv_mma_16x16_ldg(row + c + 1), off);
+}
+
+// D += A B, mma.sync m16n8k16: A a 16-row tile of the streamed rows, B an 8-row tile of the small ones.
+static __device__ __forceinline__ void hgemv_mma_16x16_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A step's chunks from piece `base` of K on (2 pieces of 32 elements): this lane's 16 bytes of each of its rows
+// (two a tile) and small rows; pieces past `pieces` read the last one, multiplied as zeros.
+template <bool WINDOWED>
+static __device__ __forceinline__ void hgemv_mma_16x16_load(uint4 (&w)[2][1][2], uint4 (&x)[2][2], const uint4* (&w_chunks)[1][2], int (&w_off)[1][2], const uint4* (&x_chunks)[2], int (&x_off)[2], int base, int pieces, int pair) {
+    #pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        // The piece's chunk of this lane, clamped into the rows: its loads stay in bounds (the compiler may issue
+        // a load whatever the select after it keeps).
+        const bool in = base + u < pieces;
+        const int c = 4 * min(base + u, pieces - 1) + pair;
+        #pragma unroll
+        for (int i = 0; i < 1; ++i)
+        #pragma unroll
+            for (int h = 0; h < 2; ++h) w[u][i][h] = in ? hgemv_mma_16x16_chunk<WINDOWED>(w_chunks[i][h], w_off[i][h], c) : make_uint4(0, 0, 0, 0);
+        #pragma unroll
+        for (int j = 0; j < 2; ++j) x[u][j] = in ? hgemv_mma_16x16_chunk<WINDOWED>(x_chunks[j], x_off[j], c) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// A step's multiplies: each piece two k-steps, the chunks' first two words one and their last two the next.
+static __device__ __forceinline__ void hgemv_mma_16x16_multiply(float (&acc)[1][2][4], const uint4 (&w)[2][1][2], const uint4 (&x)[2][2]) {
+    #pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        #pragma unroll
+        for (int i = 0; i < 1; ++i) {
+            const unsigned low[4] = {w[u][i][0].x, w[u][i][1].x, w[u][i][0].y, w[u][i][1].y};
+            const unsigned high[4] = {w[u][i][0].z, w[u][i][1].z, w[u][i][0].w, w[u][i][1].w};
+            #pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                hgemv_mma_16x16_mma(acc[i][j], low, x[u][j].x, x[u][j].y);
+                hgemv_mma_16x16_mma(acc[i][j], high, x[u][j].z, x[u][j].w);
+            }
+        }
+    }
+}
+
+// C = A B: 16 row(s) of A against 16 rows of B per block; WINDOWED reads rows that start off 16 bytes.
+template <bool WINDOWED>
+static __device__ __forceinline__ void hgemv_mma_16x16_gemv(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta) {
+    __shared__ float sums[8][16][16];
+    const int small_blocks = (M + 15) / 16;
+    // The small operand's row-blocks fastest: the blocks that read one weight tile run together.
+    const int small0 = (int)(blockIdx.x % small_blocks) * 16;
+    const int row_block = (int)(blockIdx.x / small_blocks) * 16;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int k_warp = warp % 8, row_warp = warp / 8;
+    const int row0 = row_block + row_warp * 16;
+    const int g = lane >> 2, pair = lane & 3;  // the fragments' row and pair of columns
+    // This lane's rows: g and g + 8 of each tile, g of each tile of the small rows. Rows past the matrix read its last
+    // row (in bounds) and are not stored.
+    const uint4* w_chunks[1][2];
+    int w_off[1][2];
+    #pragma unroll
+    for (int i = 0; i < 1; ++i) {
+        const __nv_bfloat16* w_rows[2];
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) w_rows[h] = B + (size_t)min(row0 + 16 * i + 8 * h + g, N - 1) * ldb;
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const size_t address = reinterpret_cast<size_t>(w_rows[h]);
+            w_off[i][h] = WINDOWED ? (int)(address & 15) / 2 : 0;
+            w_chunks[i][h] = reinterpret_cast<const uint4*>(address - (size_t)w_off[i][h] * 2);
+        }
+    }
+    const __nv_bfloat16* x_rows[2];
+    const uint4* x_chunks[2];
+    int x_off[2];
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) x_rows[j] = A + (size_t)min(small0 + 8 * j + g, M - 1) * lda;
+    #pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const size_t address = reinterpret_cast<size_t>(x_rows[j]);
+        x_off[j] = WINDOWED ? (int)(address & 15) / 2 : 0;
+        x_chunks[j] = reinterpret_cast<const uint4*>(address - (size_t)x_off[j] * 2);
+    }
+    // Pieces of 32 elements that every row reads in whole chunks, the same for every lane (mma.sync takes the
+    // warp's 32): a row that starts off 16 bytes reads one chunk fewer.
+    const int pieces = (WINDOWED ? max(0, K / 8 - 1) : K / 8) / 4;
+    float acc[1][2][4];
+    #pragma unroll
+    for (int i = 0; i < 1; ++i)
+    #pragma unroll
+        for (int j = 0; j < 2; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    // A warp's step takes 2 consecutive pieces, the K-warps the next ones; the next step's chunks are loaded
+    // before this step's are multiplied.
+    uint4 w0[2][1][2], x0[2][2], w1[2][1][2], x1[2][2];
+    int base = k_warp * 2;
+    hgemv_mma_16x16_load<WINDOWED>(w0, x0, w_chunks, w_off, x_chunks, x_off, base, pieces, pair);
+    for (; base < pieces; base += 32) {
+        hgemv_mma_16x16_load<WINDOWED>(w1, x1, w_chunks, w_off, x_chunks, x_off, base + 16, pieces, pair);
+        hgemv_mma_16x16_multiply(acc, w0, x0);
+        hgemv_mma_16x16_load<WINDOWED>(w0, x0, w_chunks, w_off, x_chunks, x_off, base + 32, pieces, pair);
+        hgemv_mma_16x16_multiply(acc, w1, x1);
+    }
+    // The elements past the whole pieces (fewer than 40), on the first K-warp: each lane its own elements of C.
+    if (k_warp == 0) {
+        for (int k = pieces * 32; k < K; ++k) {
+            #pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                #pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float xk = __bfloat162float(A[(size_t)min(small0 + 8 * j + 2 * pair + e, M - 1) * lda + k]);
+                    #pragma unroll
+                    for (int i = 0; i < 1; ++i)
+                    #pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                        const float wk = __bfloat162float(B[(size_t)min(row0 + 16 * i + 8 * h + g, N - 1) * ldb + k]);
+                        acc[i][j][2 * h + e] = fmaf(wk, xk, acc[i][j][2 * h + e]);
+                    }
+                }
+            }
+        }
+    }
+    // The fragments of C: d0, d1 at row g, columns 2 pair and 2 pair + 1; d2, d3 at row g + 8.
+    #pragma unroll
+    for (int i = 0; i < 1; ++i)
+    #pragma unroll
+        for (int j = 0; j < 2; ++j)
+    #pragma unroll
+            for (int e = 0; e < 4; ++e)
+                sums[k_warp][8 * j + 2 * pair + (e & 1)][row_warp * 16 + 16 * i + 8 * (e >> 1) + g] = acc[i][j][e];
+    __syncthreads();
+    for (int t = threadIdx.x; t < 256; t += 256) {
+        const int j = t / 16, i = t % 16;
+        float sum = 0.0f;
+        #pragma unroll
+        for (int q = 0; q < 8; ++q) sum += sums[q][j][i];
+        const int row = row_block + i, small_row = small0 + j;
+        if (row >= N || small_row >= M) continue;
+        float* const c = C + (size_t)small_row * ldc + row;
+        const float value = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
+        *c = value;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) hgemv_mma_16x16_kernel(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_mma_16x16_gemv<false>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) hgemv_mma_16x16_kernel_scalar(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    hgemv_mma_16x16_gemv<true>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) hgemv_mma_16x16_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - any alignment: where a pointer, leading dimension or batch stride of A or B is off 8 elements (16 bytes), hgemv_mma_16x16_kernel_scalar runs, reading each row through 16-byte windows.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemv_mma_16x16_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool hgemv_mma_16x16_aligned(const void* p, long long ld, long long stride, int elements, unsigned element_bytes) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * element_bytes) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t hgemv_mma_16x16_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483631 || N > 2147483631 || K > 2147483135) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemv_mma_16x16_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 2147483647 || ldb > 2147483647) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 16 - 1) / 16) * ((N + 16 - 1) / 16);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = hgemv_mma_16x16_aligned(A, lda, 0, 8, 2) && hgemv_mma_16x16_aligned(B, ldb, 0, 8, 2);
+    const auto kernel = vector_aligned ? hgemv_mma_16x16_kernel : hgemv_mma_16x16_kernel_scalar;
+    const size_t smem_bytes = 0;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hgemv_mma_16x16_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return hgemv_mma_16x16_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace hgemv_mma_16x16
+
 // ---- member hgemm_h100_any, from hgemm_h100_any.gemm ----
 namespace hgemm_h100_any {
 
@@ -15175,10 +16175,14 @@ static const long long hgemm_h100_family_k_tile_cycles_hgemm_short_k[] = {1124, 
 static const long long hgemm_h100_family_k_tile_cycles_hgemm_mma_64x64_sk[] = {258, 417, 598, 785, 974};
 static const long long hgemm_h100_family_k_tile_cycles_hgemm_mma_32x128_sk[] = {274, 449, 646, 849, 1054};
 static const long long hgemm_h100_family_k_tile_cycles_hgemm_mma_128x32_sk[] = {274, 449, 646, 849, 1054};
-static const long long hgemm_h100_family_k_tile_cycles_hgemv_1x4[] = {3000, 3000, 3000, 3198};
-static const long long hgemm_h100_family_k_tile_cycles_hgemv_4x1[] = {3000, 3000, 3000, 3198};
+static const long long hgemm_h100_family_k_tile_cycles_hgemv_1x4[] = {3000, 3000, 3000, 3000};
+static const long long hgemm_h100_family_k_tile_cycles_hgemv_4x1[] = {3000, 3000, 3000, 3000};
+static const long long hgemm_h100_family_k_tile_cycles_hgemv_mma_8x16[] = {1500, 2558};
+static const long long hgemm_h100_family_k_tile_cycles_hgemv_mma_8x16_w16[] = {1500};
+static const long long hgemm_h100_family_k_tile_cycles_hgemv_mma_16x16_w4[] = {1500, 1500, 1500, 1500};
+static const long long hgemm_h100_family_k_tile_cycles_hgemv_mma_16x16[] = {1500, 1500};
 static const long long hgemm_h100_family_k_tile_cycles_hgemm_h100_any[] = {424, 799};
-static const hgemm_h100_family_member hgemm_h100_family_members[11] = {
+static const hgemm_h100_family_member hgemm_h100_family_members[15] = {
     {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_family_k_tile_cycles_hgemm_h100, 6554, 6554, 4, true, 792, 0, 0, 6549, 0, 2434, 2, 2, 4, 3, 5500, 49152, 1025, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100
     {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_family_k_tile_cycles_hgemm_h100_128x192, 4916, 4916, 4, true, 792, 0, 0, 6549, 0, 2434, 2, 2, 4, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100_128x192
     {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_family_k_tile_cycles_hgemm_h100_128x64, 1639, 1639, 4, true, 792, 0, 0, 6549, 0, 2434, 2, 2, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 100, 100, 0, 1, 1},  // hgemm_h100_128x64
@@ -15189,6 +16193,10 @@ static const hgemm_h100_family_member hgemm_h100_family_members[11] = {
     {128, 32, 32, false, true, false, hgemm_mma_128x32_sk::hgemm_mma_128x32_sk_stream_k_split, 132, 5, hgemm_h100_family_k_tile_cycles_hgemm_mma_128x32_sk, 3024, 4048, 2, true, 0, 0, 0, 6549, 1366, 2705, 2, 2, 4, 3, 10000, 10240, 1054, 0, 3960, 64, false, true, true, 8, 8, 0, 0, 300, 600, 2000, 2, 2},  // hgemm_mma_128x32_sk
     {1, 4, 2048, false, true, false, nullptr, 132, 4, hgemm_h100_family_k_tile_cycles_hgemv_1x4, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2705, 2, 2, 4, 1, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 100, 100, 0, 1, 1},  // hgemv_1x4
     {4, 1, 2048, false, true, false, nullptr, 132, 4, hgemm_h100_family_k_tile_cycles_hgemv_4x1, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2705, 2, 2, 4, 1, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 100, 100, 0, 1, 1},  // hgemv_4x1
+    {8, 16, 1024, false, true, false, nullptr, 132, 2, hgemm_h100_family_k_tile_cycles_hgemv_mma_8x16, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2569, 2, 2, 4, 2, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 400, 100, 0, 1, 1},  // hgemv_mma_8x16
+    {8, 16, 512, false, true, false, nullptr, 132, 1, hgemm_h100_family_k_tile_cycles_hgemv_mma_8x16_w16, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2569, 2, 2, 4, 2, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 400, 100, 0, 1, 1},  // hgemv_mma_8x16_w16
+    {16, 16, 256, false, true, false, nullptr, 132, 4, hgemm_h100_family_k_tile_cycles_hgemv_mma_16x16_w4, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2569, 2, 2, 4, 2, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 400, 100, 0, 1, 1},  // hgemv_mma_16x16_w4
+    {16, 16, 512, false, true, false, nullptr, 132, 2, hgemm_h100_family_k_tile_cycles_hgemv_mma_16x16, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2569, 2, 2, 4, 2, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 400, 100, 0, 1, 1},  // hgemv_mma_16x16
     {128, 128, 32, false, true, true, nullptr, 132, 2, hgemm_h100_family_k_tile_cycles_hgemm_h100_any, 9096, 13192, 2, true, 0, 0, 0, 6549, 1366, 2705, 2, 2, 4, 3, 10000, 16384, 799, 0, 3960, 64, false, true, true, 8, 8, 0, 0, 300, 600, 2000, 2, 2},  // hgemm_h100_any
 };
 
@@ -15268,7 +16276,7 @@ static long long hgemm_h100_family_cycles(const hgemm_h100_family_member& m, lon
     return hgemm_h100_family_sum(hgemm_h100_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles), pad_cycles);
 }
 
-static const int hgemm_h100_family_member_count = 11;
+static const int hgemm_h100_family_member_count = 15;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does). cycles.choose_rule.
@@ -15291,9 +16299,9 @@ static int hgemm_h100_family_choose(long long M, long long N, long long K, bool 
 
 // Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,
 // or its calls are batched).
-static cudaError_t (*const hgemm_h100_family_padded[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100::hgemm_h100_launch_ld_padded, hgemm_h100_128x192::hgemm_h100_128x192_launch_ld_padded, hgemm_h100_128x64::hgemm_h100_128x64_launch_ld_padded, hgemm_h100_64x128_sk::hgemm_h100_64x128_sk_launch_ld_padded, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+static cudaError_t (*const hgemm_h100_family_padded[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100::hgemm_h100_launch_ld_padded, hgemm_h100_128x192::hgemm_h100_128x192_launch_ld_padded, hgemm_h100_128x64::hgemm_h100_128x64_launch_ld_padded, hgemm_h100_64x128_sk::hgemm_h100_64x128_sk_launch_ld_padded, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 
-static cudaError_t (*const hgemm_h100_family_launch_members[])(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100::hgemm_h100_launch, hgemm_h100_128x192::hgemm_h100_128x192_launch, hgemm_h100_128x64::hgemm_h100_128x64_launch, hgemm_h100_64x128_sk::hgemm_h100_64x128_sk_launch, hgemm_short_k::hgemm_short_k_launch, hgemm_mma_64x64_sk::hgemm_mma_64x64_sk_launch, hgemm_mma_32x128_sk::hgemm_mma_32x128_sk_launch, hgemm_mma_128x32_sk::hgemm_mma_128x32_sk_launch, hgemv_1x4::hgemv_1x4_launch, hgemv_4x1::hgemv_4x1_launch, hgemm_h100_any::hgemm_h100_any_launch};
+static cudaError_t (*const hgemm_h100_family_launch_members[])(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100::hgemm_h100_launch, hgemm_h100_128x192::hgemm_h100_128x192_launch, hgemm_h100_128x64::hgemm_h100_128x64_launch, hgemm_h100_64x128_sk::hgemm_h100_64x128_sk_launch, hgemm_short_k::hgemm_short_k_launch, hgemm_mma_64x64_sk::hgemm_mma_64x64_sk_launch, hgemm_mma_32x128_sk::hgemm_mma_32x128_sk_launch, hgemm_mma_128x32_sk::hgemm_mma_128x32_sk_launch, hgemv_1x4::hgemv_1x4_launch, hgemv_4x1::hgemv_4x1_launch, hgemv_mma_8x16::hgemv_mma_8x16_launch, hgemv_mma_8x16_w16::hgemv_mma_8x16_w16_launch, hgemv_mma_16x16_w4::hgemv_mma_16x16_w4_launch, hgemv_mma_16x16::hgemv_mma_16x16_launch, hgemm_h100_any::hgemm_h100_any_launch};
 extern "C" cudaError_t hgemm_h100_family_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
@@ -15310,7 +16318,7 @@ extern "C" cudaError_t hgemm_h100_family_launch(const __nv_bfloat16* A, const __
     return status;
 }
 
-static cudaError_t (*const hgemm_h100_family_launch_ld_members[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100::hgemm_h100_launch_ld, hgemm_h100_128x192::hgemm_h100_128x192_launch_ld, hgemm_h100_128x64::hgemm_h100_128x64_launch_ld, hgemm_h100_64x128_sk::hgemm_h100_64x128_sk_launch_ld, hgemm_short_k::hgemm_short_k_launch_ld, hgemm_mma_64x64_sk::hgemm_mma_64x64_sk_launch_ld, hgemm_mma_32x128_sk::hgemm_mma_32x128_sk_launch_ld, hgemm_mma_128x32_sk::hgemm_mma_128x32_sk_launch_ld, hgemv_1x4::hgemv_1x4_launch_ld, hgemv_4x1::hgemv_4x1_launch_ld, hgemm_h100_any::hgemm_h100_any_launch_ld};
+static cudaError_t (*const hgemm_h100_family_launch_ld_members[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100::hgemm_h100_launch_ld, hgemm_h100_128x192::hgemm_h100_128x192_launch_ld, hgemm_h100_128x64::hgemm_h100_128x64_launch_ld, hgemm_h100_64x128_sk::hgemm_h100_64x128_sk_launch_ld, hgemm_short_k::hgemm_short_k_launch_ld, hgemm_mma_64x64_sk::hgemm_mma_64x64_sk_launch_ld, hgemm_mma_32x128_sk::hgemm_mma_32x128_sk_launch_ld, hgemm_mma_128x32_sk::hgemm_mma_128x32_sk_launch_ld, hgemv_1x4::hgemv_1x4_launch_ld, hgemv_4x1::hgemv_4x1_launch_ld, hgemv_mma_8x16::hgemv_mma_8x16_launch_ld, hgemv_mma_8x16_w16::hgemv_mma_8x16_w16_launch_ld, hgemv_mma_16x16_w4::hgemv_mma_16x16_w4_launch_ld, hgemv_mma_16x16::hgemv_mma_16x16_launch_ld, hgemm_h100_any::hgemm_h100_any_launch_ld};
 extern "C" cudaError_t hgemm_h100_family_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.

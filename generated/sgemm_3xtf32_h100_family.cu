@@ -10650,8 +10650,8 @@ static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_short_k_nt[]
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_32x128_nt[] = {920, 1315, 1770, 2267, 2789};
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_128x32_nt[] = {920, 1315, 1770, 2267, 2789};
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_decode_8x256_nt[] = {2477, 4270};
-static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemv_1x4[] = {3000, 3000, 3000, 3198};
-static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemv_4x1[] = {3000, 3000, 3000, 3198};
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemv_1x4[] = {3000, 3000, 3000, 3000};
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemv_4x1[] = {3000, 3000, 3000, 3000};
 static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[9] = {
     {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3277, 3277, 4, true, 396, 3277, 4096, 6549, 0, 2434, 4, 4, 4, 3, 5500, 32768, 1538, 318, 5280, 64, true, true, true, 4, 4, 14160, 1808, 100, 100, 0, 1, 1},  // sgemm_3xtf32_h100_sk
     {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 4916, 4916, 4, true, 396, 4916, 6144, 6549, 0, 2434, 4, 4, 4, 2, 5500, 40960, 2307, 382, 5280, 64, true, true, true, 4, 4, 14160, 1808, 100, 100, 0, 1, 1},  // sgemm_3xtf32_h100_128x192_sk

@@ -19778,8 +19778,8 @@ static const long long tf32_h100_family_k_tile_cycles_sgemm_128x32_nt[] = {920, 
 static const long long tf32_h100_family_k_tile_cycles_tf32_mma_64x64_sk[] = {516, 834, 1196, 1569};
 static const long long tf32_h100_family_k_tile_cycles_tf32_mma_32x128_sk[] = {548, 898, 1292};
 static const long long tf32_h100_family_k_tile_cycles_tf32_mma_128x32_sk[] = {548, 898, 1292};
-static const long long tf32_h100_family_k_tile_cycles_sgemv_1x4[] = {3000, 3000, 3000, 3198};
-static const long long tf32_h100_family_k_tile_cycles_sgemv_4x1[] = {3000, 3000, 3000, 3198};
+static const long long tf32_h100_family_k_tile_cycles_sgemv_1x4[] = {3000, 3000, 3000, 3000};
+static const long long tf32_h100_family_k_tile_cycles_sgemv_4x1[] = {3000, 3000, 3000, 3000};
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100_any[] = {1693};
 static const tf32_h100_family_member tf32_h100_family_members[13] = {
     {128, 256, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100, 6554, 6554, 4, true, 792, 0, 0, 6549, 0, 2434, 4, 4, 4, 3, 5500, 49152, 1026, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 100, 100, 0, 1, 1},  // tf32_h100

@@ -87,12 +87,15 @@ def tables(rows: list[dict], rule: bool = False, per_shape: bool = False,
     for first, family_rows in families.items():
         family = compile_family_path(files[first])
         models = family.models
+        by_name = {model.name: index for index, model in enumerate(models)}
         ran, fastest, regrets, errors, rhos = [], [], [], [], []
         family_ms = cublas_ms = 0.0
         for row in family_rows:
-            times = member_times(row)
+            # the study's members by today's index (a family may list them in another order, or fewer, since)
+            times = {by_name[row["members"][i]]: ms for i, ms in member_times(row).items()
+                     if row["members"][i] in by_name}
             m, n, k = row["shape"]
-            picked = choose(models, m, n, k) if rule else row["chosen"]
+            picked = choose(models, m, n, k) if rule else by_name.get(row["members"][row["chosen"]], -1)
             picked_ms = times.get(picked, row["family"]) if rule else row["family"]
             ran.append(row["cublas"] / picked_ms)
             best = min(times.values())
@@ -105,9 +108,9 @@ def tables(rows: list[dict], rule: bool = False, per_shape: bool = False,
             if len(times) >= 3:
                 rhos.append(spearman([predicted[i] for i in times], [times[i] for i in times]))
             if per_shape:
+                name = models[picked].name if picked >= 0 else row["members"][row["chosen"]]
                 shape_lines.append(f"| {first} | {m}x{n}x{k} | {row['cublas'] * 1e3:.1f} | {picked_ms * 1e3:.1f} | "
-                                   f"{row['cublas'] / picked_ms:.3f} | {models[picked].name} | "
-                                   f"{row['cublas'] / best:.3f} |")
+                                   f"{row['cublas'] / picked_ms:.3f} | {name} | {row['cublas'] / best:.3f} |")
         within = sum(r <= 1.05 for r in regrets) / len(regrets)
         within25 = sum(r <= 1.25 for r in regrets) / len(regrets)
         truth = sum(e <= 0.2 for e in errors) / len(errors)

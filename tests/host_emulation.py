@@ -131,7 +131,7 @@ def glue(metadata: dict) -> str:
     fused = (f'    if (argc > 1 && std::string(argv[1]) == "fused") return emulate_fused(argc, argv, {layout}, launch);\n'
              if fuse else "")
     return f"""#include "cuda_host.h"
-#include "kernel.cu"
+{_gemv_mma(metadata)}#include "kernel.cu"
 #include "runner.h"
 
 using P = ProblemOf<{operand}, {c}>;
@@ -193,6 +193,18 @@ int main(int argc, char** argv) {{
     return emulate_decode(argc, argv, {metadata["threads"]}, {metadata["dynamic_smem_bytes"]}, launch);
 }}
 """
+
+
+def _gemv_mma(metadata: dict) -> str:
+    """The GEMV path's tensor kernel's mma and load helpers (inline PTX, removed by host_source) as warp_host.h's
+    stand-ins."""
+    if metadata.get("gemv", {}).get("instruction") != "mma.sync m16n8k16":
+        return ""
+    operand = ELEMENTS[metadata["dtypes"]["a"]]
+    name = metadata["kernel"]
+    return (f"inline void {name}_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) "
+            f"{{ warp_mma<{operand}>(d, a, b0, b1); }}\n"
+            f"inline uint4 {name}_ldg(const uint4* p) {{ return __ldg(p); }}\n")
 
 
 def _shift_fuse(fuse: dict) -> str:

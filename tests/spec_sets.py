@@ -25,12 +25,12 @@ GENERATED = ROOT / "generated"
 
 
 def instruction_path(text: str) -> str:
-    """wgmma (a spec with warpgroups), gemv (`mma { shape: gemv; }`), mma.sync (another `mma` section), dequant (a `quant` section, quantized
-    weights, without an `mma` section) or FMA."""
+    """wgmma (a spec with warpgroups), gemv (`mma { shape: gemv; }` or `gemv_m16n8k16`), mma.sync (another `mma`
+    section), dequant (a `quant` section, quantized weights, without an `mma` section) or FMA."""
     code = re.sub(r"//[^\n]*", "", text)
     if re.search(r"\bwarpgroups\s*:", code):
         return "wgmma"
-    if re.search(r"^\s*mma\s*\{\s*shape\s*:\s*gemv\s*;", code, re.MULTILINE):
+    if re.search(r"^\s*mma\s*\{\s*shape\s*:\s*gemv(_m16n8k16)?\s*;", code, re.MULTILINE):
         return "gemv"
     if re.search(r"^\s*mma\s*\{", code, re.MULTILINE):
         return "mma.sync"

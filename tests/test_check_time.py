@@ -47,14 +47,18 @@ def test_a_member_is_predicted_the_time_its_family_explains(capsys, family, prob
     assert time["microseconds"] == pytest.approx(time["cycles"] / hopper.reference_clock_mhz, abs=0.005)
 
 
-def test_a_decode_call_is_predicted_at_hbm_bandwidth():
-    """16x8192x8192 BF16 moves its 128 MiB of B at the memory floor: the rate the wgmma member's TMA k-tiles stream
-    at (the profile's HBM rate, the H200's 4.79 TB/s, times its `tma_hbm_percent`), after the call's fixed latency."""
-    time = explain(compile_family_path(SPECS / "hgemm_h100_family.gemmf"), (16, 8192, 8192))["predicted_time"]
-    moved = 2 * (16 * 8192 + 8192 * 8192) + 4 * 16 * 8192  # bf16 A and B, f32 C
+@pytest.mark.parametrize("family, percent", [("hgemm_h100_family", "gemv_tensor_hbm_percent"),
+                                             ("tf32_h100_family", "tma_hbm_percent")])
+def test_a_decode_call_is_predicted_at_hbm_bandwidth(family, percent):
+    """16x8192x8192 moves its B at the memory floor, after the call's fixed latency: BF16's 128 MiB at the rate the
+    GEMV tensor member's loads stream at, TF32's 256 MiB at the rate the wgmma member's TMA k-tiles stream at (the
+    profile's HBM rate, the H200's 4.79 TB/s, times its `gemv_tensor_hbm_percent` and `tma_hbm_percent`)."""
+    time = explain(compile_family_path(SPECS / f"{family}.gemmf"), (16, 8192, 8192))["predicted_time"]
+    element = 2 if family.startswith("hgemm") else 4
+    moved = element * (16 * 8192 + 8192 * 8192) + 4 * 16 * 8192  # A and B, f32 C
     assert time["memory_floor"]
     streaming = time["microseconds"] - HOPPER.call_latency_ns / 1e3
-    rate = HOPPER.hbm_tbps * 1e12 * HOPPER.tma_hbm_percent / 100
+    rate = HOPPER.hbm_tbps * 1e12 * getattr(HOPPER, percent) / 100
     assert moved / (streaming * 1e-6) == pytest.approx(rate, rel=0.01)
 
 

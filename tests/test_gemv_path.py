@@ -18,6 +18,8 @@ from gemmdsl.source import CompileError, SourceFile
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ("hgemv_1x4", "hgemv_4x1", "hgemv_bf16c_1x4", "hgemv_bf16c_4x1", "hgemv_f16_1x4", "hgemv_f16_4x1",
          "sgemv_1x4", "sgemv_4x1")
+TENSOR_SPECS = tuple(f"{prefix}_mma_{shape}" for prefix in ("hgemv", "hgemv_bf16c", "hgemv_f16")
+                     for shape in ("8x16", "8x16_w16", "16x16", "16x16_w4"))
 FAMILIES = {"hgemm_h100_family": "hgemv", "hgemm_h100_bf16c_family": "hgemv_bf16c",
             "hgemm_h100_f16_family": "hgemv_f16", "tf32_h100_family": "sgemv", "sgemm_3xtf32_h100_family": "sgemv"}
 
@@ -53,7 +55,7 @@ def test_the_warps_split_into_k_warps_and_row_warps():
 
 
 REFUSALS = [
-    ("tile: 1x4x2048;", "tile: 4x4x2048;", "both 4", "4x4x2048"),
+    ("warps: 1x8;", "warps: 1x1;", "lie along", "1x4x2048"),  # (with the square tile below)
     ("tile: 1x4x2048;", "tile: 32x64x2048;", "at most 16", "32x64x2048"),
     ("tile: 1x4x2048;", "tile: 1x4x1000;", "multiple of a warp's step", "1x4x1000"),
     ("tile: 1x4x2048;", "tile: 1x3x2048;", "do not split over 2 row-warps", "1x3x2048"),
@@ -71,6 +73,14 @@ REFUSALS = [
 @pytest.mark.parametrize("old, new, message, at", REFUSALS)
 def test_refusals_are_positioned_with_a_hint(old, new, message, at):
     text = spec_text()
+    if message == "lie along":  # a square tile says which operand streams by its warps alone
+        text = text.replace("tile: 1x4x2048;", "tile: 4x4x2048;")
+        at = "4x4x2048"
+    assert_refused(text, old, new, message, at)
+
+
+def assert_refused(text: str, old: str, new: str, message: str, at: str) -> None:
+    """`text` with `old` made `new` is refused with `message`, positioned at `at` on its line, with a hint."""
     assert old in text
     changed = text.replace(old, new, 1)
     with pytest.raises(CompileError) as info:
@@ -123,3 +133,43 @@ def test_a_gemv_members_cycles_grow_with_the_rows_it_re_reads(m, n, k):
     rows, fewer = estimate(model, m, n, k), estimate(model, max(1, m - 1), n, k)
     assert rows.compute_cycles >= fewer.compute_cycles
     assert rows.cycles >= estimate(model, 1, n, k).memory_cycles
+
+
+@pytest.mark.parametrize("name", TENSOR_SPECS)
+def test_each_tensor_spec_compiles_to_mma_sync_of_its_tiles(name):
+    """`gemv_m16n8k16`: a warp's 16-row tiles of B against 8-row tiles of A, one mma.sync per tile pair and k-step
+    (two a 32-element piece), B streaming (the square 16x16 tile by its warps, 1xW)."""
+    artifacts = compiler.compile_path(ROOT / "specs" / f"{name}.gemm")
+    config = gemv_config(artifacts.spec)
+    assert config.tensor and config.streamed is ir.Operand.B and config.rows == 16
+    assert config.small_rows == int(name.split("_mma_")[1].split("x")[0]) and config.row_warps == 1
+    assert config.tiles == 1 and config.small_tiles == config.small_rows // 8
+    assert config.warp_k == 4 * 8 * config.stages and config.k_warps == config.warps
+    assert artifacts.metadata["gemv"]["instruction"] == "mma.sync m16n8k16"
+    operand = "f16" if "_f16_" in name else "bf16"
+    assert artifacts.cuda.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{operand}.{operand}.f32") == 1
+    assert f"{name}_multiply(acc, w0, x0);" in artifacts.cuda and f"{name}_multiply(acc, w1, x1);" in artifacts.cuda
+    assert "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800" in artifacts.cuda  # mma.sync: sm_80 and later
+    assert not artifacts.warnings
+
+
+TENSOR_REFUSALS = [
+    ("tile: 8x16x1024;", "tile: 4x16x1024;", "8 at a time", "4x16x1024"),
+    ("tile: 8x16x1024;", "tile: 8x24x1024;", "whole tiles of 16", "8x24x1024"),
+    ("tile: 8x16x1024;", "tile: 8x16x1000;", "4 lanes a row", "8x16x1000"),
+    ("a: bf16 row; b: bf16 col;", "a: f32 row; b: f32 col;", "16-bit A and B", "gemv_m16n8k16"),
+]
+
+
+@pytest.mark.parametrize("old, new, message, at", TENSOR_REFUSALS)
+def test_tensor_refusals_are_positioned_with_a_hint(old, new, message, at):
+    assert_refused(spec_text("hgemv_mma_8x16"), old, new, message, at)
+
+
+def test_the_shape_word_reads_as_the_gemv_instruction():
+    """`gemv` and `gemv_m16n8k16` are the path's two instructions; a misspelt one is an mma shape error."""
+    assert not compiler.compile_path(ROOT / "specs" / "hgemv_1x4.gemm").spec.mma.shape.tensor
+    assert compiler.compile_path(ROOT / "specs" / "hgemv_mma_8x16.gemm").spec.mma.shape.value == "gemv_m16n8k16"
+    with pytest.raises(CompileError):
+        compiler.compile_source(SourceFile("g.gemm", spec_text("hgemv_mma_8x16").replace("gemv_m16n8k16",
+                                                                                         "gemv_m16n8k8")))

@@ -102,7 +102,7 @@ def test_a_shipped_list_is_named_by_its_stem_and_a_file_that_exists_wins(tmp_pat
 
 
 def test_an_unknown_source_names_the_choices():
-    choices = r"nowhere\.txt: no such shape list: .*a shipped list \(decode, default.*\) or random:COUNT:SEED"
+    choices = r"nowhere\.txt: no such shape list: .*a shipped list \(decode, decode_models, default.*\) or random:COUNT:SEED"
     with pytest.raises(ValueError, match=choices):
         shape_source("nowhere.txt")
 
@@ -159,3 +159,10 @@ def test_every_line_of_the_models_list_names_its_layers():
             [(m, n, k)] = parse_sizes(shape)
             named = [model for model in MODEL_LAYERS if model in comment]
             assert named and all((n, k) in MODEL_LAYERS[model] for model in named), line
+
+
+def test_the_few_token_decode_list_is_every_model_weight_at_2_to_16_tokens():
+    """decode_models.txt: each N x K of models.txt at 2, 4, 8, 12 and 16 tokens, and nothing else."""
+    weights = {(n, k) for m, n, k in read_shapes(MODELS)}
+    assert sorted(read_shapes(SHAPES_DIR / "decode_models.txt")) == sorted(
+        (m, n, k) for m in (2, 4, 8, 12, 16) for n, k in weights)

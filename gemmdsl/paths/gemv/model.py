@@ -12,7 +12,9 @@ from ...ncu_counters import DYNAMIC_SMEM, GRID_SIZE, LAUNCH_METRICS, MEASURED_BL
 from ...passes.framework import Context, PassResult
 from ...passes.launch import LaunchShape
 from ...prediction import Prediction
-from ...targets import CALL_CYCLES, GEMV_ROUND_TRIP_CYCLES, GEMV_STEP_CYCLES, HBM_BYTES_PER_CLOCK, WARP
+from ... import ir
+from ...targets import (CALL_CYCLES, GEMV_ROUND_TRIP_CYCLES, GEMV_STEP_CYCLES, GEMV_DRAW_PERCENT,
+                        GEMV_TENSOR_HBM_PERCENT, GEMV_TENSOR_WINDOW_PERCENT, HBM_BYTES_PER_CLOCK, ISSUE_PER_CLOCK, WARP)
 from ..facts import Comparison, ToolFacts
 from .config import CHUNK_BYTES, GemvConfig, GemvLayout
 
@@ -65,7 +67,7 @@ class GemvPass:
         blocks = context.facts["launch"].blocks
         registers, resident = residency(layout, context.ptxas)
         arch = layout.arch
-        small, rows = (m, n) if layout.bm < layout.bn else (n, m)
+        small, rows = (m, n) if config.streamed is ir.Operand.B else (n, m)
         launch = GemvLaunch(blocks, registers, resident, blocks / (arch.reference_sms * resident),
                             -(-small // config.small_rows) * rows * k * config.element_bytes,
                             config.rows * layout.bk * config.element_bytes)
@@ -120,32 +122,50 @@ class GemvFacts(ToolFacts):
                           summary_text=f"gemv: {launch.streamed_bytes:,} streamed bytes, {launch.waves:.2f} waves")
 
 
+def in_flight_steps(config: GemvConfig) -> int:
+    """Steps of loads a warp has in flight: the tensor kernel issues its next step's before it multiplies."""
+    return 2 if config.tensor else 1
+
+
 def k_tile_cycles(layout: GemvLayout, resident: int) -> int:
     """One k-tile (the block's step) of `resident` blocks on an SM: the longest of their streamed rows' bytes at the
-    SM's share of HBM, their FMAs and widening at the SM's FP32 lanes, and a round trip of the loads. A call of more
-    small rows than a block's reads the weight once per row-block; the blocks that share a weight tile run together,
-    so the re-reads mostly come from L2, but priced at HBM's share they keep such calls on the tile members, which
-    the study ran faster there (L2's share sent calls of 4-6 columns against a long A to the 8x1 candidate, 2x
-    slower)."""
+    SM's share of HBM (`gemv_draw_percent` of its even part), their instructions, and a round trip of the loads shared by the steps in flight. The CUDA-core
+    kernel's instructions are its FMAs and widening at the SM's FP32 lanes; the tensor kernel's, its mma.sync and
+    loads at the SM's issue rate. A call of more small rows than a block's reads the weight once per row-block; the
+    blocks that share a weight tile run together, so the re-reads mostly come from L2, but priced at HBM's share they
+    keep such calls on the tile members, which the study ran faster there (L2's share sent calls of 4-6 columns
+    against a long A to the 8x1 candidate, 2x slower)."""
     config = layout.config
     sm = layout.spec.target.sm
-    share = max(1, HBM_BYTES_PER_CLOCK.get(sm, 0)) / layout.arch.reference_sms
+    share = max(1, HBM_BYTES_PER_CLOCK.get(sm, 0)) / layout.arch.reference_sms * GEMV_DRAW_PERCENT.get(sm, 100) / 100
     streamed = resident * config.rows * layout.bk * config.element_bytes / share
-    widened = config.small_rows * config.rows + config.rows + config.small_rows * config.row_warps
-    issue = resident * layout.bk * widened / layout.arch.fp32_lanes_per_sm
-    return int(max(streamed, issue, GEMV_STEP_CYCLES.get(sm, 0)))
+    if config.tensor:
+        mmas = config.rows // 16 * config.small_tiles * layout.bk // 16
+        loads = config.warps * config.stages * (2 * config.tiles + config.small_tiles)
+        issue = resident * (mmas + loads) / ISSUE_PER_CLOCK
+    else:
+        widened = config.small_rows * config.rows + config.rows + config.small_rows * config.row_warps
+        issue = resident * layout.bk * widened / layout.arch.fp32_lanes_per_sm
+    return int(max(streamed, issue, GEMV_STEP_CYCLES.get(sm, 0) / in_flight_steps(config)))
 
 
 def gemv_model(analysis, sms: int) -> MemberModel:
     """The kernel as the cycle model reads a member (cycles.estimate_rule): a tile is a block's tile of C, a k-tile
-    its step (`k_tile_cycles`); a call the profile's call latency more; at least the memory floor, with one step of
-    the streamed and small rows in flight per block for the round trip (Little's law)."""
+    its step (`k_tile_cycles`, the windowed kernel's `narrow_percent` of it); a call the profile's call latency
+    more; at least the memory floor, with the steps of the streamed and small rows in flight per block for the round
+    trip (Little's law)."""
     spec, layout = analysis.spec, analysis.layout
     launch: GemvLaunch = analysis.facts["gemv"]
     sm = spec.target.sm
+    # The tensor kernel's windowed k-tiles (rows off 16 bytes) cost more; the CUDA-core kernel's run at its aligned
+    # kernel's rate (its rows share one offset a warp).
+    window = GEMV_TENSOR_WINDOW_PERCENT.get(sm, 100) if layout.config.tensor else 100
+    memory = memory_fields(spec)
+    if layout.config.tensor:  # 64 bytes of each row a load stream below the CUDA-core kernel's 512
+        memory["hbm_bytes_per_clock"] = memory["hbm_bytes_per_clock"] * GEMV_TENSOR_HBM_PERCENT.get(sm, 100) // 100
     return MemberModel(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
                        stream_k=False, sms=sms, blocks_per_sm=launch.blocks_per_sm,
                        k_tile_cycles=tuple(k_tile_cycles(layout, r) for r in range(1, launch.blocks_per_sm + 1)),
-                       call_cycles=CALL_CYCLES.get(sm, 0), in_flight_k_tiles=1,
-                       round_trip_cycles=GEMV_ROUND_TRIP_CYCLES.get(sm, 0),
-                       **memory_fields(spec), **alignment_fields(spec, CHUNK_BYTES))
+                       call_cycles=CALL_CYCLES.get(sm, 0), in_flight_k_tiles=in_flight_steps(layout.config),
+                       round_trip_cycles=GEMV_ROUND_TRIP_CYCLES.get(sm, 0), narrow_percent=window,
+                       **memory, **alignment_fields(spec, CHUNK_BYTES))

@@ -27,14 +27,14 @@ class GemvPath(InstructionPath):
     key_sets = frozenset({"warp tiles"})
     default_copy = ir.CopyMode.REGISTERS
     default_stages = DEFAULT_STAGES
-    shape_syntax = re.compile(r"gemv")
+    shape_syntax = re.compile(r"gemv(?:_m16n8k(?P<mma_k>16))?")
     shape_type = GemvShape
 
     def takes(self, shape, a, b) -> bool:
         return shape is GemvShape
 
     def unit(self, spec: ir.KernelSpec) -> str:
-        return "fma"
+        return super().unit(spec) if spec.mma.shape.tensor else "fma"
 
     def warp_tile(self, spec: ir.KernelSpec) -> ir.Pair:
         config = gemv_config(spec)
@@ -80,7 +80,8 @@ class GemvPath(InstructionPath):
 
     def metadata(self, plan: KernelPlan) -> dict:
         config = plan.layout.config
-        return {"gemv": {"streamed": config.streamed.value, "small_rows": config.small_rows, "rows": config.rows,
+        return {"gemv": {"instruction": "mma.sync m16n8k16" if config.tensor else "fma",
+                         "streamed": config.streamed.value, "small_rows": config.small_rows, "rows": config.rows,
                          "k_warps": config.k_warps, "row_warps": config.row_warps, "warp_rows": config.warp_rows,
                          "stages": config.stages}}
 

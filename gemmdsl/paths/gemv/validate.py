@@ -6,7 +6,7 @@ from typing import Any
 
 from ... import ir
 from ...targets import launch_register_cap
-from .config import MAX_SMALL_ROWS, gemv_config
+from .config import MAX_SMALL_ROWS, gemv_config, streamed_operand
 
 EXAMPLE = "`mma { shape: gemv; }`, `block { tile: 1x16x1024; }`, `threads { warps: 1x8; }`, `pipeline { stages: 2; }`"
 TYPES = (ir.DType.BF16, ir.DType.F16, ir.DType.F32)
@@ -34,6 +34,9 @@ def _check_problem(checker: Any) -> None:
     if b.layout is not ir.MatrixLayout.COL:
         error(problem.at("b"), "the GEMV kernel reads B along K: B must be column-major (N x K, as nn.Linear stores "
                                "its weight)", f"write `b: {b.dtype.value} col;`")
+    if spec.mma.shape.tensor and a.dtype is ir.DType.F32:
+        error(spec.mma.at("shape"), f"{spec.mma.shape} multiplies 16-bit A and B (bf16 or f16) on the tensor cores; "
+                                    "here they are f32", "write `shape: gemv;` (CUDA-core FMAs) for f32 operands")
     if problem.c.dtype not in TYPES:
         error(problem.at("c"), f"C is {problem.c.dtype.value}: the GEMV kernel writes bf16, f16 or f32",
               f"write `c: {a.dtype.value} row;`")
@@ -58,7 +61,8 @@ def _check_sections(checker: Any) -> None:
                   "remove it; `pipeline { stages: N; }` sets the chunks of each row a lane keeps in flight")
     for key in ("repeat", "precision", "accumulate"):
         if any(name == key for name, _ in spec.mma.key_spans):
-            error(spec.mma.at(key), f"`{key}` does not apply to the GEMV kernel: it multiplies with f32 FMAs",
+            error(spec.mma.at(key), f"`{key}` does not apply to the GEMV kernel: it multiplies with f32 FMAs or, "
+                                    "with `gemv_m16n8k16`, one mma.sync per 16-row tile and k-step into f32",
                   "remove it")
     for key in ("raster", "schedule"):
         if any(name == key for name, _ in spec.block.key_spans):
@@ -69,21 +73,23 @@ def _check_sections(checker: Any) -> None:
 def _check_shape(checker: Any) -> bool:
     spec, error = checker.spec, checker.error
     block, warps = spec.block, spec.threads.warps
-    if block.m == block.n:
-        error(block.at("tile"), f"the block tile's M and N are both {block.m}: the GEMV kernel streams the operand "
-                                "on the tile's longer side", "write `tile: 1x16x1024;` (B streams) or "
-                                "`tile: 16x1x1024;` (A streams)")
+    streamed = streamed_operand(spec)
+    if streamed is None:
+        error(block.at("tile"), f"the block tile's M and N are both {block.m} and the warps ({warps}) lie along "
+                                "neither: the GEMV kernel streams the operand on the tile's longer side, or on a "
+                                "square tile's the one its warps lie along", "write `tile: 1x16x1024;` (B streams) "
+                                "or `tile: 16x1x1024;` (A streams), or for a square tile `warps: 1x8;` (B streams)")
         return False
     small = min(block.m, block.n)
     ok = True
     if small > MAX_SMALL_ROWS:
         error(block.at("tile"), f"the tile's shorter side ({small}) is rows of the small operand per block: at most "
                                 f"{MAX_SMALL_ROWS}, each a sum per streamed row in every thread's registers",
-              "the GEMV path serves a few rows against many; write 1, 2, 4 or 8")
+              "the GEMV path serves a few rows against many; write 1, 2, 4 or 8 (8 or 16 with `gemv_m16n8k16`)")
         ok = False
-    across = warps.m if block.m < block.n else warps.n
+    across = warps.m if streamed is ir.Operand.B else warps.n
     if across != 1 or warps.m * warps.n * 32 > 1024:
-        want = f"1x{warps.m * warps.n}" if block.m < block.n else f"{warps.m * warps.n}x1"
+        want = f"1x{warps.m * warps.n}" if streamed is ir.Operand.B else f"{warps.m * warps.n}x1"
         error(spec.threads.at("warps"), f"warps: {warps} — the GEMV kernel's warps lie along the streamed operand's "
                                         "rows and K, none across the small one: at most 1024 threads",
               f"write `warps: {want};`" if warps.m * warps.n * 32 <= 1024 else "write `warps: 1x8;`")
@@ -102,8 +108,7 @@ def _check_config(checker: Any) -> None:
     cap = launch_register_cap(checker.arch, config.threads, config.blocks_per_sm or 1)
     if config.registers > cap:
         checker.warning(spec.pipeline.at("stages"),
-                        f"the main loop keeps about {config.registers} registers live per thread ({config.stages} "
-                        f"stages of {config.warp_rows} streamed and {config.small_rows} small rows' chunks, and "
-                        f"their sums), more than the {cap} that {config.blocks_per_sm or 1} block(s) of "
+                        f"the main loop keeps about {config.registers} registers live per thread "
+                        f"({config.register_parts}), more than the {cap} that {config.blocks_per_sm or 1} block(s) of "
                         f"{config.threads} threads per SM leave: ptxas will likely spill",
                         "fewer stages, fewer streamed rows per warp (more warps along the rows) or fewer small rows")
