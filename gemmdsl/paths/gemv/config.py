@@ -138,7 +138,8 @@ class GemvConfig:
         if self.tensor:
             return (f"two buffers of {self.stages} stages of {self.tiles} tile(s)' and {self.small_tiles} small "
                     "tile(s)' chunks, and the accumulators")
-        return f"{self.stages} stages of {self.warp_rows} streamed and {self.small_rows} small rows' chunks, and their sums"
+        return (f"{self.stages} stages of {self.warp_rows} streamed and {self.small_rows} small rows' chunks, and "
+                "their sums")
 
     def problems(self) -> list[tuple[str, str, str]]:
         """What this configuration cannot be: (the key at fault, the message, a hint); empty where it can."""

@@ -372,12 +372,15 @@ def _emit_mma_loop(o: Emitter, spec: ir.KernelSpec, config: GemvConfig) -> None:
             with o.block(f"for (int j = 0; j < {small_tiles}; ++j)"):
                 o.line("#pragma unroll")
                 with o.block("for (int e = 0; e < 2; ++e)"):
-                    o.line(f"const float xk = {to_float(problem.a.dtype, f'{small}[(size_t)min(small0 + {MMA_SMALL_ROWS} * j + 2 * pair + e, {small_total} - 1) * {ldx} + k]')};")
+                    x_row = f"min(small0 + {MMA_SMALL_ROWS} * j + 2 * pair + e, {small_total} - 1)"
+                    o.line(f"const float xk = {to_float(problem.a.dtype, f'{small}[(size_t){x_row} * {ldx} + k]')};")
                     o.line("#pragma unroll")
                     o.line(f"for (int i = 0; i < {tiles}; ++i)")
                     o.line("#pragma unroll")
                     with o.block("    for (int h = 0; h < 2; ++h)"):
-                        o.line(f"const float wk = {to_float(problem.a.dtype, f'{weight}[(size_t)min(row0 + {MMA_TILE_ROWS} * i + 8 * h + g, {rows_total} - 1) * {ldw} + k]')};")
+                        w_row = f"min(row0 + {MMA_TILE_ROWS} * i + 8 * h + g, {rows_total} - 1)"
+                        w_k = to_float(problem.a.dtype, f"{weight}[(size_t){w_row} * {ldw} + k]")
+                        o.line(f"const float wk = {w_k};")
                         o.line("acc[i][j][2 * h + e] = fmaf(wk, xk, acc[i][j][2 * h + e]);")
     o.comment("The fragments of C: d0, d1 at row g, columns 2 pair and 2 pair + 1; d2, d3 at row g + 8.")
     o.line("#pragma unroll")
