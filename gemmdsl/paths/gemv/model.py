@@ -131,10 +131,10 @@ def k_tile_cycles(layout: GemvLayout, resident: int) -> int:
     """One k-tile (the block's step) of `resident` blocks on an SM: the longest of their streamed rows' bytes at the
     SM's share of HBM (`gemv_draw_percent` of its even part), their instructions, and a round trip of the loads
     shared by the steps in flight. The CUDA-core kernel's instructions are its FMAs and widening at the SM's FP32
-    lanes; the tensor kernel's, its mma.sync and loads at the SM's issue rate. A call of more small rows than a block's reads
-    the weight once per row-block; the blocks that share a weight tile run together, so the re-reads mostly come
-    from L2, but priced at HBM's share they keep such calls on the tile members, which the study ran faster there
-    (L2's share sent calls of 4-6 columns against a long A to the 8x1 candidate, 2x slower)."""
+    lanes; the tensor kernel's, its mma.sync and loads at the SM's issue rate. A call of more small rows than a
+    block's reads the weight once per row-block; the blocks that share a weight tile run together, so the re-reads
+    mostly come from L2, but priced at HBM's share they keep such calls on the tile members, which the study ran
+    faster there (L2's share sent calls of 4-6 columns against a long A to the 8x1 candidate, 2x slower)."""
     config = layout.config
     sm = layout.spec.target.sm
     share = max(1, HBM_BYTES_PER_CLOCK.get(sm, 0)) / layout.arch.reference_sms * GEMV_DRAW_PERCENT.get(sm, 100) / 100
