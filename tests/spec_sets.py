@@ -49,6 +49,10 @@ def spec_features(name: str) -> set[tuple]:
         return {("family", feature) for feature in features}
     features |= {("unit", metadata["unit"]), ("dtypes", *metadata["dtypes"].values()), ("bounds", metadata["bounds"]),
                  ("schedule", metadata["schedule"]), ("narrow", bool(metadata["entries"].get("narrow")))}
+    if "gemv" in metadata:  # the GEMV path's kernels: its instruction, small rows (the tensor kernel's one or two
+        # 8-row tiles) and streamed operand
+        features.add(("gemv", metadata["gemv"]["instruction"], metadata["gemv"]["small_rows"],
+                      metadata["gemv"]["streamed"]))
     path = instruction_path((SPECS / f"{name}.gemm").read_text())
     return {(path, feature) for feature in features}
 

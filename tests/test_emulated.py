@@ -222,7 +222,7 @@ def gemv_calls(req: KernelRequirements) -> list[Call]:
     return calls
 
 
-@pytest.mark.parametrize("spec", GEMV_SPECS, ids=lambda path: path.stem)
+@pytest.mark.parametrize("spec", spec_params(GEMV_SPECS))
 def test_gemv_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
     binary, req = runners(spec.stem)
     calls = gemv_calls(req)
