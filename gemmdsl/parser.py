@@ -735,8 +735,11 @@ def _mma_shape(reader: _SpecReader, value: _Value) -> Any:
             if any(size is None or not 1 <= size <= MAX_INT for size in sizes.values()):
                 raise _Bad(value.span, f"the sizes of {atom.value} are out of range")
             return shape_type(**sizes)
-    choices = tuple(shape.value for shape in ir.MmaShape)
-    return ir.MmaShape(reader.name(value, choices, "m16n8k16, m16n8k8 or a wgmma shape m64nNk16"))
+    # The paths' own words (GEMV's) are read above; here they only name what else was meant.
+    words = tuple(word for path in registered() for word in path.shape_words)
+    choices = tuple(shape.value for shape in ir.MmaShape) + words
+    return ir.MmaShape(reader.name(value, choices, "m16n8k16, m16n8k8, a wgmma shape m64nNk16"
+                                   + "".join(f", {word}" for word in words)))
 
 
 def _smem_read(reader: _SpecReader, value: _Value) -> int | ir.SmemRead:

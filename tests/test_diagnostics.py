@@ -331,7 +331,7 @@ CASES = [
     Case("mma_missing_shape", [m(MMA_SECTION, "mma      { repeat: 4x8; }")],
          [("|mma      {", "section 'mma' is missing required key 'shape'")], base=MMA),
     Case("mma_shape_typo", [m("shape: m16n8k16", "shape: m16n8k6")],
-         [("shape: |m16n8k6", "expected m16n8k16, m16n8k8 or a wgmma shape m64nNk16, found 'm16n8k6'")], ["did you mean 'm16n8k16'?"],
+         [("shape: |m16n8k6", "expected m16n8k16, m16n8k8, a wgmma shape m64nNk16, gemv, gemv_m16n8k16, found 'm16n8k6'")], ["did you mean 'm16n8k16'?"],
          base=MMA),
     Case("mma_precision_typo", [m("precision: 3xtf32", "precision: 3xtf23")],
          [("precision: |3xtf23", "expected tf32 or 3xtf32, found '3xtf23'")], ["did you mean '3xtf32'?"],

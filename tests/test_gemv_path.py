@@ -170,6 +170,8 @@ def test_the_shape_word_reads_as_the_gemv_instruction():
     """`gemv` and `gemv_m16n8k16` are the path's two instructions; a misspelt one is an mma shape error."""
     assert not compiler.compile_path(ROOT / "specs" / "hgemv_1x4.gemm").spec.mma.shape.tensor
     assert compiler.compile_path(ROOT / "specs" / "hgemv_mma_8x16.gemm").spec.mma.shape.value == "gemv_m16n8k16"
-    with pytest.raises(CompileError):
+    with pytest.raises(CompileError) as info:
         compiler.compile_source(SourceFile("g.gemm", spec_text("hgemv_mma_8x16").replace("gemv_m16n8k16",
                                                                                          "gemv_m16n8k8")))
+    (error,) = info.value.diagnostics
+    assert "gemv, gemv_m16n8k16, found 'gemv_m16n8k8'" in error.message and "'gemv_m16n8k16'" in error.hint

@@ -38,6 +38,7 @@ class InstructionPath(ABC):
     # groups are the sizes `shape_type` is built from.
     shape_syntax: re.Pattern | None = None
     shape_type: type | None = None
+    shape_words: tuple[str, ...] = ()  # the plain words `shape_syntax` takes, named in the parser's hints
     # The weight types (ir.Problem.weights: integer codes, or e4m3 against a 16-bit A) whose B the path
     # dequantizes with `quant b { ... }` (docs/quantized.md); validation refuses quantized weights elsewhere.
     weight_types: frozenset[DType] = frozenset()

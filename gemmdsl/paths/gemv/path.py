@@ -29,6 +29,7 @@ class GemvPath(InstructionPath):
     default_stages = DEFAULT_STAGES
     shape_syntax = re.compile(r"gemv(?:_m16n8k(?P<mma_k>16))?")
     shape_type = GemvShape
+    shape_words = ("gemv", "gemv_m16n8k16")
 
     def takes(self, shape, a, b) -> bool:
         return shape is GemvShape
