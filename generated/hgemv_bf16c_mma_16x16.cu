@@ -18,7 +18,7 @@
 //
 // Analysis (gemmdsl check):
 //   launch: 65536 blocks of 8 warps, one a tile of C, each over all of K (8 steps of 512)
-//   gemv: 8 K-warps x 1 row-warps, 16 rows of B a warp; 16,384 bytes of B in flight a block; 2 blocks per SM (96 registers), 248.24 waves on 132 SMs of an H200
+//   gemv: 8 K-warps x 1 row-warps, 16 rows of B a warp; 32,768 bytes of B in flight a block; 2 blocks per SM (96 registers), 248.24 waves on 132 SMs of an H200
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

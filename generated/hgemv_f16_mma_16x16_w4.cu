@@ -19,7 +19,7 @@
 //
 // Analysis (gemmdsl check):
 //   launch: 65536 blocks of 4 warps, one a tile of C, each over all of K (16 steps of 256)
-//   gemv: 4 K-warps x 1 row-warps, 16 rows of B a warp; 8,192 bytes of B in flight a block; 4 blocks per SM (96 registers), 124.12 waves on 132 SMs of an H200
+//   gemv: 4 K-warps x 1 row-warps, 16 rows of B a warp; 16,384 bytes of B in flight a block; 4 blocks per SM (96 registers), 124.12 waves on 132 SMs of an H200
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

@@ -18,7 +18,7 @@
 //
 // Analysis (gemmdsl check):
 //   launch: 131072 blocks of 8 warps, one a tile of C, each over all of K (4 steps of 1024)
-//   gemv: 8 K-warps x 1 row-warps, 16 rows of B a warp; 32,768 bytes of B in flight a block; 2 blocks per SM (124 registers), 496.48 waves on 132 SMs of an H200
+//   gemv: 8 K-warps x 1 row-warps, 16 rows of B a warp; 65,536 bytes of B in flight a block; 2 blocks per SM (124 registers), 496.48 waves on 132 SMs of an H200
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

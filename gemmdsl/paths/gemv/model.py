@@ -28,7 +28,7 @@ class GemvLaunch:
     blocks_per_sm: int
     waves: float  # blocks over SMs x resident blocks on the reference GPU
     streamed_bytes: int  # the streamed operand's bytes, read once per row-block of the small operand
-    in_flight_bytes: int  # per block and step: the streamed rows' chunks its lanes keep in flight
+    in_flight_bytes: int  # per block: the streamed rows' chunks its lanes keep in flight (tensor kernel: two steps')
 
 
 class GemvLaunchPass:
@@ -70,7 +70,7 @@ class GemvPass:
         small, rows = (m, n) if config.streamed is ir.Operand.B else (n, m)
         launch = GemvLaunch(blocks, registers, resident, blocks / (arch.reference_sms * resident),
                             -(-small // config.small_rows) * rows * k * config.element_bytes,
-                            config.rows * layout.bk * config.element_bytes)
+                            config.rows * layout.bk * config.element_bytes * in_flight_steps(config))
         streamed = config.streamed.value.upper()
         verdict = (f"{config.k_warps} K-warps x {config.row_warps} row-warps, {config.warp_rows} rows of {streamed} a "
                    f"warp; {launch.in_flight_bytes:,} bytes of {streamed} in flight a block; {resident} blocks per SM "
@@ -85,10 +85,13 @@ class GemvFacts(ToolFacts):
     def headline(self, analysis) -> str:
         spec, layout = analysis.spec, analysis.layout
         config: GemvConfig = layout.config
-        return (f"{spec.name} ({spec.target}): {layout.threads} threads, GEMV: {config.small_rows} row(s) of "
+        loads = (f"{config.stages} pieces of 32 elements of each row a step, two steps in flight" if config.tensor
+                 else f"{config.stages} chunks of {CHUNK_BYTES} bytes in flight per row and lane")
+        return (f"{spec.name} ({spec.target}): {layout.threads} threads, GEMV"
+                f"{' on mma.sync m16n8k16' if config.tensor else ''}: {config.small_rows} row(s) of "
                 f"{'A' if config.streamed.value == 'b' else 'B'} against {config.rows} streamed rows of "
-                f"{config.streamed.value.upper()} a block, block tile {layout.bm}x{layout.bn}x{layout.bk}, "
-                f"{config.stages} chunks of {CHUNK_BYTES} bytes in flight per row and lane, problem {analysis.problem}")
+                f"{config.streamed.value.upper()} a block, block tile {layout.bm}x{layout.bn}x{layout.bk}, {loads}, "
+                f"problem {analysis.problem}")
 
     def alarms(self, analysis) -> list[str]:
         spills = (analysis.ptxas or {}).get("spill_stores", 0) + (analysis.ptxas or {}).get("spill_loads", 0)
