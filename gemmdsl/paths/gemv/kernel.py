@@ -267,7 +267,7 @@ def _emit_mma_helpers(o: Emitter, spec: ir.KernelSpec, config: GemvConfig) -> No
     """The mma.sync wrapper, and a step's loads and multiplies over one buffer of a lane's chunks."""
     name = spec.name
     o.uses("mma.sync")
-    operand = {ir.DType.BF16: "bf16", ir.DType.F16: "f16"}[spec.problem.a.dtype]
+    operand = spec.problem.a.dtype.value  # PTX names bf16 and f16 as ir.DType does
     tiles, small_tiles, stages = config.tiles, config.small_tiles, config.stages
     o.comment("D += A B, mma.sync m16n8k16: A a 16-row tile of the streamed rows, B an 8-row tile of the small ones.")
     with o.block(f"static __device__ __forceinline__ void {name}_mma(float (&d)[4], const unsigned (&a)[4], "
