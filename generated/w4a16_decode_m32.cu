@@ -90,6 +90,15 @@ __device__ __forceinline__ void settle(float (&v)[4]) {
     asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]));
 }
 
+// Counts a block's k-slice in its tile's counter, for split-K. The release makes the block's atomics visible first
+// (every thread's are ordered before it by the barrier they all passed), and the acquire lets the last block read
+// every slice's sums; a fence per thread (two round trips to L2) did the same slower. Returns the count before.
+__device__ __forceinline__ unsigned arrive(unsigned* counter) {
+    unsigned before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+    return before;
+}
+
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
                  "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
@@ -210,13 +219,11 @@ __device__ __forceinline__ void reduce_slices(const float (&acc)[TILES][MT][4], 
                 if (n < N && m < M) atomicAdd(workspace + (unsigned long long)m * N + n, acc[i][mt][e]);
             }
     __shared__ bool last;
-    __threadfence();
     __syncthreads();
     const unsigned tile_id = blockIdx.y * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) last = atomicAdd(counters + tile_id, 1u) == gridDim.z - 1;
+    if (threadIdx.x == 0) last = arrive(counters + tile_id) == gridDim.z - 1;
     __syncthreads();
     if (!last) return;
-    __threadfence();
     const int n0 = blockIdx.y * BLOCK_TILES * 16;
     for (int e = threadIdx.x; e < MROWS * BLOCK_TILES * 16; e += WARPS * 32) {
         const int m = m0 + e / (BLOCK_TILES * 16), n = n0 + e % (BLOCK_TILES * 16);

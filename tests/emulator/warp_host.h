@@ -107,6 +107,8 @@ inline uint4 load_stream(const uint4* p) {
     return *p;
 }
 
+inline unsigned arrive(unsigned* counter) { return atomicAdd(counter, 1u); }  // the decode kernel's split-K count
+
 inline uint32_t load_shared(const uint32_t* p) {
     require_alignment(p, 4, "misaligned 32-bit shared load");
     return *p;
