@@ -78,8 +78,11 @@ def main() -> int:
     if not args or len(args) % 2:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    TorchGpu.copies = lambda self, nbytes: 1  # one weight: a single cold launch, no rotation
-    gpu, arrays = TorchGpu(), TorchArrays(0, tf32=False)
+    class OneCopy(TorchGpu):
+        def copies(self, nbytes: int) -> int:
+            return 1  # one weight: a single cold launch reads it, no rotation through copies
+
+    gpu, arrays = OneCopy(), TorchArrays(0, tf32=False)
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     with tempfile.TemporaryDirectory() as scratch:
         for spec, size in zip(args[::2], args[1::2]):

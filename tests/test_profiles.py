@@ -31,6 +31,18 @@ def test_every_shipped_profile_reads_and_its_per_clock_figures_follow_from_its_c
     assert all(getattr(profile, key) > 0 for key in FITTED)
 
 
+@pytest.mark.parametrize("name", profile_names())
+def test_every_fitted_figure_of_a_shipped_profile_says_where_it_came_from(name):
+    """Each key of `fitted` is named in its `source` (a `prefix_*` there names every key it begins), so that no
+    figure loses its provenance when the text is edited."""
+    fitted = json.loads((ROOT / "gemmdsl" / "profiles" / f"{name}.json").read_text())["fitted"]
+    source = fitted["source"]
+    prefixes = [word[:-1] for word in source.replace(",", " ").split() if word.endswith("_*")]
+    unnamed = [key for key in fitted if key != "source" and key not in source
+               and not any(key.startswith(prefix) for prefix in prefixes)]
+    assert not unnamed, f"{name}.json's fitted source does not name {unnamed}"
+
+
 def test_the_h100_profile_keeps_the_figures_the_model_had_before_profiles():
     h100 = load_profile("h100_sxm")
     assert (h100.hbm_bytes_per_clock, h100.l2_bytes_per_clock_per_sm, h100.clock_mhz) == (1909, 38, 1755)
