@@ -7281,7 +7281,7 @@ static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_short_k_bf16c
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_1x4[] = {3000, 3000, 3000, 3000};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_4x1[] = {3000, 3000, 3000, 3000};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_mma_8x16[] = {1500, 2558};
-static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_mma_8x16_w16[] = {1500};
+static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_mma_8x16_w16[] = {750};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_mma_16x16_w4[] = {1500, 1500, 1500, 1500};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_mma_16x16[] = {1500, 1500};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_any[] = {424, 799};
@@ -7294,7 +7294,7 @@ static const hgemm_h100_bf16c_family_member hgemm_h100_bf16c_family_members[12] 
     {1, 4, 2048, false, true, false, nullptr, 132, 4, hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_1x4, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2705, 2, 2, 2, 1, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 100, 100, 0, 1, 1},  // hgemv_bf16c_1x4
     {4, 1, 2048, false, true, false, nullptr, 132, 4, hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_4x1, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2705, 2, 2, 2, 1, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 100, 100, 0, 1, 1},  // hgemv_bf16c_4x1
     {8, 16, 1024, false, true, false, nullptr, 132, 2, hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_mma_8x16, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2569, 2, 2, 2, 2, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 400, 100, 0, 1, 1},  // hgemv_bf16c_mma_8x16
-    {8, 16, 512, false, true, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_mma_8x16_w16, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2569, 2, 2, 2, 2, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 400, 100, 0, 1, 1},  // hgemv_bf16c_mma_8x16_w16
+    {8, 16, 512, false, true, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_mma_8x16_w16, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2569, 2, 2, 2, 4, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 400, 100, 0, 1, 1},  // hgemv_bf16c_mma_8x16_w16
     {16, 16, 256, false, true, false, nullptr, 132, 4, hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_mma_16x16_w4, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2569, 2, 2, 2, 2, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 400, 100, 0, 1, 1},  // hgemv_bf16c_mma_16x16_w4
     {16, 16, 512, false, true, false, nullptr, 132, 2, hgemm_h100_bf16c_family_k_tile_cycles_hgemv_bf16c_mma_16x16, 0, 0, 1, true, 0, 0, 0, 6549, 0, 2569, 2, 2, 2, 2, 3500, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 400, 100, 0, 1, 1},  // hgemv_bf16c_mma_16x16
     {128, 128, 32, false, true, true, nullptr, 132, 2, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_any, 9096, 13192, 2, true, 0, 0, 0, 6549, 1366, 2705, 2, 2, 2, 3, 10000, 16384, 799, 0, 3960, 64, false, true, true, 8, 8, 0, 0, 300, 600, 2000, 2, 2},  // hgemm_h100_bf16c_any

@@ -19,7 +19,7 @@
 //
 // Analysis (gemmdsl check):
 //   launch: 131072 blocks of 16 warps, one a tile of C, each over all of K (8 steps of 512)
-//   gemv: 16 K-warps x 1 row-warps, 16 rows of B a warp; 32,768 bytes of B in flight a block; 1 blocks per SM (52 registers), 992.97 waves on 132 SMs of an H200
+//   gemv: 16 K-warps x 1 row-warps, 16 rows of B a warp; 65,536 bytes of B in flight a block; 1 blocks per SM (52 registers), 992.97 waves on 132 SMs of an H200
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
