@@ -64,9 +64,18 @@ def instrumented(cuda: str, name: str) -> str:
 
 
 def main() -> int:
-    import cupy
+    args = sys.argv[1:]
+    if not args or len(args) % 2:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    try:
+        import cupy
+        import torch
+    except ImportError as missing:
+        print(f"decode_timeline: {missing.name} is not installed; the timeline needs a GPU, CuPy and PyTorch",
+              file=sys.stderr)
+        return 2
     import numpy as np
-    import torch
 
     import quant_bench
     from gemmdsl.paths.dequant.kernel import DecodeConfig
@@ -74,10 +83,6 @@ def main() -> int:
     from gemmdsl.quant_layout import QuantFormat
     from gemmdsl.verify import TorchArrays
 
-    args = sys.argv[1:]
-    if not args or len(args) % 2:
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 2
     class OneCopy(TorchGpu):
         def copies(self, nbytes: int) -> int:
             return 1  # one weight: a single cold launch reads it, no rotation through copies
