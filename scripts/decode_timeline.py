@@ -10,7 +10,6 @@ kernel is the spec's own; tests/test_decode_timeline.py checks that every shippe
 """
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
@@ -78,9 +77,9 @@ def main() -> int:
     import numpy as np
 
     import quant_bench
-    from gemmdsl.paths.dequant.kernel import DecodeConfig
+    from gemmdsl.frontend import load_spec
+    from gemmdsl.paths.dequant.lowering import decode_config
     from gemmdsl.quant_bench import TorchGpu
-    from gemmdsl.quant_layout import QuantFormat
     from gemmdsl.verify import TorchArrays
 
     class OneCopy(TorchGpu):
@@ -95,23 +94,18 @@ def main() -> int:
             subprocess.run([sys.executable, "-m", "gemmdsl.cli", "compile", spec, "-o", scratch, "--no-nvcc"],
                            check=True, stdout=subprocess.DEVNULL)
             name = Path(spec).stem
-            meta = json.loads((Path(scratch) / f"{name}.json").read_text())
             source = Path(scratch) / f"{name}_timeline.cu"
             source.write_text(instrumented((Path(scratch) / f"{name}.cu").read_text(), name))
             cubin = source.with_suffix(".cubin")
             subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-O3", "-o", str(cubin), str(source)], check=True)
             module = cupy.RawModule(path=str(cubin))
             kernel = module.get_function(f"{name}_kernel")
-            quant, decode = meta["quant"], meta["decode"]
-            fmt = QuantFormat(quant["weight"], quant["activation"], quant["group"], quant["zeros"])
-            config = DecodeConfig(fmt, meta["dtypes"]["c"], warps=decode["warps"], tiles=decode["tiles"],
-                                  m_tiles=decode["m_tiles"], k_slice=decode["k_slice"], prefetch=decode["prefetch"],
-                                  blocks_per_sm=decode["blocks_per_sm"])
+            config = decode_config(load_spec(spec))
+            fmt = config.fmt
             kernel.max_dynamic_shared_size_bytes = config.smem_bytes
             packed = quant_bench.weight_on_gpu(gpu, arrays, fmt, n, k).packed[0]
             a = arrays.random(m * k, fmt.activation).reshape(m, k)
-            c = torch.empty(m, n, dtype=getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[
-                meta["dtypes"]["c"]]), device="cuda")
+            c = arrays.poisoned(m * n, config.c).reshape(m, n)
             workspace = torch.zeros(max(16, config.workspace_bytes(m, n, k)), dtype=torch.uint8, device="cuda")
             grid = config.grid(m, n, k)
             blocks = grid[0] * grid[1] * grid[2]

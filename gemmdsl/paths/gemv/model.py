@@ -128,7 +128,7 @@ class GemvFacts(ToolFacts):
 def in_flight_steps(config: GemvConfig) -> int:
     """Steps of loads a warp has in flight: the tensor kernel issues its next step's before it multiplies, and the
     compiler unrolls a one-stage kernel's loop once more (nvcc 13's PTX of `hgemv_mma_8x16_w16` holds four steps'
-    loads an iteration, the two-and four-stage members' two), so its loads run four steps ahead. Fitted on the
+    loads an iteration, the two- and four-stage members' two), so its loads run four steps ahead. Fitted on the
     H200's studies: at two the one-stage member was priced 2.2 times its measured time (median), at four 1.1, and
     three, four and five-plus gave the rule's picks within 5% of the fastest member at 76%, 78% and 76% of the
     random set's shapes, and 84%, 87% and 63% of the BF16 decode set's (docs/calibration.md)."""
